@@ -1,0 +1,91 @@
+"""Input checks shared by every public op: each error names the argument, what was expected, what was given."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .runtime import cuda
+
+
+def is_device_array(x) -> bool:
+    # Duck-typed: the simulator's FakeCUDAArray has no __cuda_array_interface__ and no is_cuda_array.
+    return hasattr(x, "copy_to_host") and hasattr(x, "shape") and not isinstance(x, np.ndarray)
+
+
+def describe(x) -> str:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        kind = "device array" if is_device_array(x) else type(x).__name__
+        return f"{kind} of shape {tuple(x.shape)} and dtype {np.dtype(x.dtype).name}"
+    return f"{type(x).__name__} {x!r}"[:120]
+
+
+def array(name: str, x, *, dtype=None, ndim=None, shape=None, allow_device=True, finite=False):
+    """Return x as a NumPy array (or the device array itself) after checking it.
+
+    dtype: a NumPy dtype or a tuple of them; shape: a tuple where None matches any length.
+    Host inputs that are not arrays (lists) are converted; their dtype is then checked.
+    """
+    if allow_device and is_device_array(x):
+        arr = x
+    elif isinstance(x, np.ndarray):
+        arr = x
+    elif isinstance(x, (list, tuple)) or np.isscalar(x):
+        try:
+            arr = np.asarray(x)
+        except Exception:  # pragma: no cover - ragged lists
+            raise TypeError(f"{name} must be an array, got {describe(x)}") from None
+    else:
+        where = "a NumPy or CUDA device array" if allow_device else "a NumPy array"
+        raise TypeError(f"{name} must be {where}, got {describe(x)}")
+
+    if dtype is not None:
+        allowed = dtype if isinstance(dtype, tuple) else (dtype,)
+        allowed = tuple(np.dtype(d) for d in allowed)
+        if np.dtype(arr.dtype) not in allowed:
+            names = " or ".join(d.name for d in allowed)
+            raise TypeError(f"{name} must have dtype {names}, got {describe(arr)}")
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got {describe(arr)}")
+    if shape is not None:
+        if len(shape) != arr.ndim or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
+            want = "(" + ", ".join("any" if s is None else str(s) for s in shape) + ")"
+            raise ValueError(f"{name} must have shape {want}, got {describe(arr)}")
+    if arr.size == 0:
+        raise ValueError(f"{name} must not be empty, got {describe(arr)}")
+    if finite and isinstance(arr, np.ndarray) and not np.isfinite(arr).all():
+        bad = int((~np.isfinite(arr)).sum())
+        raise ValueError(f"{name} must be finite, got {bad} NaN/Inf value(s) in {describe(arr)}")
+    return arr
+
+
+def positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive int, got {describe(value)}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value}")
+    return int(value)
+
+
+def positive_float(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a positive number, got {describe(value)}")
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {value}")
+    return float(value)
+
+
+def choice(name: str, value, options) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {tuple(options)}, got {describe(value)}")
+    if value not in options:
+        raise ValueError(f"{name} must be one of {tuple(options)}, got {value!r}")
+    return value
+
+
+def to_device(x):
+    """Host array -> device array; device arrays pass through."""
+    return x if is_device_array(x) else cuda.to_device(np.ascontiguousarray(x))
+
+
+def to_host(x) -> np.ndarray:
+    return x.copy_to_host() if is_device_array(x) else np.asarray(x)

@@ -1,0 +1,82 @@
+"""Checking and timing helpers shared by every `python -m fp8lab.kernels.<op>` main.
+
+The llm.c `dev/cuda` pattern: validate every version against the reference (tolerance + |ref| * rtol, NaN
+is failure, first mismatches printed), then time it and report GB/s against a ceiling measured in the same
+run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import runtime
+from .runtime import cuda
+
+
+def poisoned(shape, dtype):
+    """A device array filled with a value no kernel writes by accident: NaN for floats, 0xA5 for codes."""
+    dtype = np.dtype(dtype)
+    fill = np.nan if dtype.kind == "f" else 0xA5
+    return cuda.to_device(np.full(shape, fill, dtype=dtype))
+
+
+def mismatches(got, ref, *, atol: float, rtol: float, limit: int = 5) -> list[str]:
+    """Describe the first `limit` elements where |got - ref| > atol + rtol*|ref| (NaN in got always fails)."""
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        return [f"shape {got.shape} != reference shape {ref.shape}"]
+    ok = np.abs(got - ref) <= atol + rtol * np.abs(ref)
+    ok &= ~np.isnan(got) | np.isnan(ref)
+    ok |= np.isnan(got) & np.isnan(ref)
+    bad = np.argwhere(~ok)
+    out = [f"{len(bad)} of {got.size} elements differ"] if len(bad) else []
+    for idx in bad[:limit]:
+        idx = tuple(int(i) for i in idx)
+        out.append(f"  at {idx}: got {got[idx]!r}, expected {ref[idx]!r}")
+    return out
+
+
+def assert_close(name: str, got, ref, *, atol: float, rtol: float) -> None:
+    bad = mismatches(got, ref, atol=atol, rtol=rtol)
+    if bad:
+        raise AssertionError(f"{name}: " + "\n".join(bad))
+
+
+def assert_codes_equal(name: str, got, ref) -> None:
+    """FP8 codes compare bit for bit."""
+    got, ref = np.asarray(got), np.asarray(ref)
+    if got.shape != ref.shape or got.dtype != ref.dtype:
+        raise AssertionError(f"{name}: got {got.dtype}{got.shape}, expected {ref.dtype}{ref.shape}")
+    bad = np.argwhere(got != ref)
+    if len(bad):
+        lines = [f"{name}: {len(bad)} of {got.size} codes differ"]
+        for idx in bad[:5]:
+            idx = tuple(int(i) for i in idx)
+            lines.append(f"  at {idx}: got 0x{int(got[idx]):02X}, expected 0x{int(ref[idx]):02X}")
+        raise AssertionError("\n".join(lines))
+
+
+def copy_ceiling_gbs(nbytes: int) -> float | None:
+    """Device-to-device copy bandwidth (bytes read + written per second, in GB/s) on nbytes buffers."""
+    if runtime.IS_SIM:
+        return None
+    n = max(1, nbytes // 4)
+    src = cuda.to_device(np.random.default_rng().random(n, dtype=np.float32))
+    dst = cuda.device_array_like(src)
+    ms = runtime.time_ms(lambda: dst.copy_to_device(src), warmup=3, repeat=20)
+    return 2 * src.nbytes / (ms * 1e-3) / 1e9
+
+
+def print_table(title: str, header: list[str], rows: list[list]) -> None:
+    cells = [[str(c) for c in r] for r in [header] + rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    print(f"\n{title}")
+    for j, r in enumerate(cells):
+        print("  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        if j == 0:
+            print("  " + "  ".join("-" * w for w in widths))
+
+
+def gbs(nbytes: int, ms: float | None) -> str:
+    return "-" if ms is None else f"{nbytes / (ms * 1e-3) / 1e9:,.0f}"

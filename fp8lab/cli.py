@@ -1,0 +1,103 @@
+"""The `fp8lab` command line: info, train, bench."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+BENCHES = ("quantize", "gemm_nt", "rmsnorm", "elementwise")
+
+
+def _train(args) -> int:
+    import fp8lab as fl
+
+    recipes = [args.recipe] if args.recipe == "fp32" or args.no_baseline else ["fp32", args.recipe]
+    common = dict(steps=args.steps, seed=args.seed, batch=args.batch, d_in=args.d_in, d_out=args.d_out,
+                  lr=args.lr, optimizer=args.optimizer, noise=args.noise, engine=args.engine,
+                  progress=not args.no_progress)
+    hists = []
+    for r in recipes:
+        try:
+            hists.append(fl.train(r, **common))
+        except fl.TrainingDiverged as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    h0 = hists[0]
+    print(f"\nbackend {h0.backend}, engine {h0.engine}: batch {h0.batch}, {h0.d_in} -> {h0.d_out}, "
+          f"{h0.steps} steps, {h0.optimizer} lr {h0.lr:g}, seed {h0.seed}; noise floor {h0.floor:.4f}")
+    print(f"{'recipe':<12} {'final loss':>11} {'vs fp32':>8} {'eval':>8} {'EMA eval':>9} {'time':>8}")
+    base = hists[0].final_loss if hists[0].recipe == "fp32" else None
+    for h in hists:
+        rel = "-" if base is None else f"{(h.final_loss - base) / base:+.2%}"
+        print(f"{h.recipe:<12} {h.final_loss:>11.5f} {rel:>8} {h.eval_loss:>8.5f} {h.ema_loss:>9.5f} "
+              f"{h.seconds:>7.1f}s")
+    if args.json:
+        import json
+
+        with open(args.json, "w") as f:
+            json.dump([h.to_dict() for h in hists], f, indent=1)
+        print(f"wrote {args.json}")
+    if not args.no_plot:
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        from .plotting import plot_losses
+
+        d = os.path.dirname(args.plot)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        plot_losses(hists, path=args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def _bench(args) -> int:
+    import importlib
+
+    names = BENCHES if args.op == "all" else [args.op]
+    for name in names:
+        importlib.import_module(f"fp8lab.kernels.{name}").main()
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="fp8lab", description="FP8 training course: kernels, checks, benchmarks.")
+    p.add_argument("--backend", choices=("gpu", "sim"), help="force a backend (same as FP8LAB_BACKEND)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("info", help="backend, device and library versions")
+
+    t = sub.add_parser("train", help="train the FP8 layer (and an FP32 baseline) and plot the loss")
+    t.add_argument("--recipe", default="fp8-tensor", choices=("fp32", "fp8-tensor"))
+    t.add_argument("--steps", type=int, help="default: 600 on a GPU, 30 on the simulator")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--batch", type=int)
+    t.add_argument("--d-in", type=int)
+    t.add_argument("--d-out", type=int)
+    t.add_argument("--lr", type=float, help="default: 1e-3 on a GPU, 3e-2 on the simulator")
+    t.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
+    t.add_argument("--noise", type=float, default=0.5, help="target noise std; the loss floor is its square")
+    t.add_argument("--engine", default="kernels", choices=("kernels", "reference"),
+                   help="Numba-CUDA kernels, or the same arithmetic in NumPy")
+    t.add_argument("--no-baseline", action="store_true", help="skip the FP32 run")
+    t.add_argument("--plot", default=os.path.join("runs", "train_loss.png"), help="where to write the plot")
+    t.add_argument("--no-plot", action="store_true")
+    t.add_argument("--json", help="also write the histories as JSON")
+    t.add_argument("--no-progress", action="store_true")
+
+    b = sub.add_parser("bench", help="check every kernel version against its reference, then time it")
+    b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("all",))
+
+    args = p.parse_args(argv)
+    if args.backend:
+        os.environ["FP8LAB_BACKEND"] = args.backend
+    import fp8lab
+
+    if args.cmd == "info":
+        fp8lab.info(show=True)
+        return 0
+    if args.cmd == "train":
+        return _train(args)
+    return _bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""GEMM in the Linear-layer "NT" layout: c[m, n] = sa * sb * sum_k a[m, k] * b[n, k], FP32 accumulation.
+
+a is (M, K) and b is (N, K), both row-major with K contiguous: the layout of activations and of a Linear
+weight stored (out, in), and DeepGEMM's "NT". Operands are float32 (the FP32 recipe; scales are 1) or E4M3
+codes (uint8) with per-tensor scales. Codes are decoded through a 256-entry table, and the two per-tensor
+scales multiply each finished sum: matrices are never dequantized into global memory first (the original
+CUDA program did that, and allocated and freed the buffers in every call).
+
+version 1: one thread per output, reading a and b from global memory (every operand read N or M times).
+version 2: TILE x TILE shared-memory tiles; each element is read from global memory once per tile and decoded
+           once on load; the b tile is padded to TILE + 1 columns so the inner loop has no bank conflicts.
+
+Both add the products in k order, so they round identically; a GPU may fuse multiply-add (one rounding
+per step), which NumPy's reference does not: compare with a tolerance, not bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import formats, runtime
+from ..runtime import cuda
+
+TILE = runtime.sizes("gemm_tile")  # 16 on a GPU; 8 under the simulator (64 Python threads a block)
+
+
+def _make_kernels(fp8: bool):
+    @cuda.jit
+    def gemm_nt_kernel1(a, sa, b, sb, lut, c):
+        n, m = cuda.grid(2)
+        if m < c.shape[0] and n < c.shape[1]:
+            acc = np.float32(0)
+            for k in range(a.shape[1]):
+                if fp8:
+                    acc += lut[a[m, k]] * lut[b[n, k]]
+                else:
+                    acc += a[m, k] * b[n, k]
+            c[m, n] = acc * sa[0] * sb[0]
+
+    @cuda.jit
+    def gemm_nt_kernel2(a, sa, b, sb, lut, c):
+        ta = cuda.shared.array((TILE, TILE), np.float32)
+        tb = cuda.shared.array((TILE, TILE + 1), np.float32)  # +1: column reads hit TILE different banks
+        table = cuda.shared.array(256, np.float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        m = cuda.blockIdx.y * TILE + ty
+        n = cuda.blockIdx.x * TILE + tx
+        n_load = cuda.blockIdx.x * TILE + ty  # b rows are loaded with k along threadIdx.x: coalesced
+        if fp8:
+            for i in range(ty * TILE + tx, 256, TILE * TILE):
+                table[i] = lut[i]
+            cuda.syncthreads()
+        M, K = a.shape
+        N = b.shape[0]
+        acc = np.float32(0)
+        for k0 in range(0, K, TILE):
+            k = k0 + tx
+            va = np.float32(0)
+            vb = np.float32(0)
+            if m < M and k < K:
+                va = table[a[m, k]] if fp8 else a[m, k]
+            if n_load < N and k < K:
+                vb = table[b[n_load, k]] if fp8 else b[n_load, k]
+            ta[ty, tx] = va
+            tb[ty, tx] = vb
+            cuda.syncthreads()
+            for kk in range(TILE):
+                acc += ta[ty, kk] * tb[tx, kk]
+            cuda.syncthreads()
+        if m < M and n < N:
+            c[m, n] = acc * sa[0] * sb[0]
+
+    return {1: gemm_nt_kernel1, 2: gemm_nt_kernel2}
+
+
+KERNELS = {"float32": _make_kernels(False), "e4m3": _make_kernels(True)}
+VERSIONS = {
+    1: "naive: one thread per output, operands from global memory",
+    2: "TILE x TILE shared-memory tiles, decode on load, padded b tile",
+}
+BEST = 2
+
+_consts: dict = {}
+
+
+def _const(name):
+    """Device-resident constants made once per process: the E4M3 decode table and a unit scale."""
+    if name not in _consts:
+        if name == "lut":
+            _consts[name] = cuda.to_device(formats.value_table(formats.E4M3))
+        else:
+            _consts[name] = cuda.to_device(np.ones(1, np.float32))
+    return _consts[name]
+
+
+def launch(a, sa, b, sb, out, version: int = BEST) -> None:
+    """out (M, N) = sa * sb * a @ b.T on device arrays; a, b float32 or uint8 E4M3 codes (same kind)."""
+    kind = "e4m3" if np.dtype(a.dtype) == np.uint8 else "float32"
+    if kind == "float32":
+        sa = sb = _const("one")
+    M, N = out.shape
+    grid = ((N + TILE - 1) // TILE, (M + TILE - 1) // TILE)
+    KERNELS[kind][version][grid, (TILE, TILE)](a, sa, b, sb, _const("lut"), out)
+
+
+def reference(a, b, sa=1.0, sb=1.0, fp8=False):
+    """float64 NumPy spec of the same product (codes decoded exactly when fp8)."""
+    if fp8:
+        a = formats.decode(a, formats.E4M3)
+        b = formats.decode(b, formats.E4M3)
+    return (np.asarray(a, np.float64) @ np.asarray(b, np.float64).T) * float(sa) * float(sb)
+
+
+def main() -> None:  # python -m fp8lab.kernels.gemm_nt
+    from .. import bench
+    from .quantize import reference as quantize_ref
+
+    if runtime.IS_SIM:
+        M, N, K = 20, 24, 40
+    else:
+        M, N, K = 4096, 4096, 4096
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((N, K), dtype=np.float32)
+    qa, sa, _ = quantize_ref(a)
+    qb, sb, _ = quantize_ref(b)
+    flops = 2 * M * N * K
+    rows = []
+    for kind, (ha, hb, s1, s2) in {"float32": (a, b, 1, 1), "e4m3": (qa, qb, sa, sb)}.items():
+        ref = reference(ha, hb, s1, s2, fp8=kind == "e4m3")
+        da, db = cuda.to_device(ha), cuda.to_device(hb)
+        dsa, dsb = cuda.to_device(np.array([s1], np.float32)), cuda.to_device(np.array([s2], np.float32))
+        for v, desc in VERSIONS.items():
+            out = bench.poisoned((M, N), np.float32)
+            launch(da, dsa, db, dsb, out, v)
+            # FP32 sums of K products: error grows like sqrt(K) * eps * sum|a*b|.
+            scale = np.abs(ha if kind == "float32" else formats.decode(ha)).mean() * np.abs(
+                hb if kind == "float32" else formats.decode(hb)).mean() * float(s1) * float(s2)
+            bench.assert_close(f"{kind} v{v}", out.copy_to_host(), ref, atol=1e-5 * K * scale, rtol=1e-5)
+            ms = runtime.time_ms(lambda: launch(da, dsa, db, dsb, out, v), repeat=5)
+            tflops = "-" if ms is None else f"{flops / (ms * 1e-3) / 1e12:.2f}"
+            rows.append([f"{kind} v{v}: {desc}", "ok", runtime.fmt_ms(ms), tflops])
+    bench.print_table(f"NT GEMM {M}x{N}x{K} ({runtime.backend})", ["version", "check", "time", "TFLOP/s"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""RMSNorm forward and backward for rows of any length: z = y * rstd * g, rstd = 1 / sqrt(mean(y^2) + eps).
+
+version 1: one thread per row, looping over the row (fine for many short rows, idle SMs otherwise).
+version 2: one block per row; threads stride over the row, partial sums meet in a warp-shuffle block
+           reduction. Unlike the original CUDA program, the row length need not equal the block size nor
+           be a power of two.
+
+Backward, with dot = sum_n dz * g * y over the row:
+    dy = rstd * g * dz - rstd^3 * y * dot / N        (per row)
+    dg[n] = sum_m dz * y * rstd                        (a column sum over rows, see elementwise.colsum)
+The backward kernels write `gy = dz * y * rstd` per element so dg needs no atomics.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import runtime
+from ..runtime import cuda
+from .reduce import block_sum
+
+EPS = np.float32(1e-6)
+THREADS = runtime.block_threads(128)
+
+
+@cuda.jit
+def rmsnorm_forward_kernel1(y, g, z, rstd):
+    m = cuda.grid(1)
+    if m < y.shape[0]:
+        N = y.shape[1]
+        ss = np.float32(0)
+        for n in range(N):
+            ss += y[m, n] * y[m, n]
+        r = np.float32(1) / math.sqrt(ss / np.float32(N) + EPS)
+        rstd[m] = r
+        for n in range(N):
+            z[m, n] = y[m, n] * r * g[n]
+
+
+@cuda.jit
+def rmsnorm_forward_kernel2(y, g, z, rstd):
+    slots = cuda.shared.array(32, np.float32)
+    m = cuda.blockIdx.x
+    N = y.shape[1]
+    ss = np.float32(0)
+    for n in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+        ss += y[m, n] * y[m, n]
+    ss = block_sum(ss, slots)
+    r = np.float32(1) / math.sqrt(ss / np.float32(N) + EPS)
+    if cuda.threadIdx.x == 0:
+        rstd[m] = r
+    for n in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+        z[m, n] = y[m, n] * r * g[n]
+
+
+@cuda.jit
+def rmsnorm_backward_kernel1(dz, y, g, rstd, dy, gy):
+    m = cuda.grid(1)
+    if m < y.shape[0]:
+        N = y.shape[1]
+        r = rstd[m]
+        dot = np.float32(0)
+        for n in range(N):
+            dot += dz[m, n] * g[n] * y[m, n]
+        c = r * r * r * dot / np.float32(N)
+        for n in range(N):
+            dy[m, n] = r * g[n] * dz[m, n] - c * y[m, n]
+            gy[m, n] = dz[m, n] * y[m, n] * r
+
+
+@cuda.jit
+def rmsnorm_backward_kernel2(dz, y, g, rstd, dy, gy):
+    slots = cuda.shared.array(32, np.float32)
+    m = cuda.blockIdx.x
+    N = y.shape[1]
+    r = rstd[m]
+    dot = np.float32(0)
+    for n in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+        dot += dz[m, n] * g[n] * y[m, n]
+    dot = block_sum(dot, slots)
+    c = r * r * r * dot / np.float32(N)
+    for n in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+        dy[m, n] = r * g[n] * dz[m, n] - c * y[m, n]
+        gy[m, n] = dz[m, n] * y[m, n] * r
+
+
+VERSIONS = {
+    1: ("one thread per row", rmsnorm_forward_kernel1, rmsnorm_backward_kernel1),
+    2: ("one block per row, warp-shuffle reduction", rmsnorm_forward_kernel2, rmsnorm_backward_kernel2),
+}
+BEST = 2
+
+
+def _config(version, rows):
+    return (rows, THREADS) if version == 2 else runtime.grid_1d(rows, 64)
+
+
+def forward(y, g, z, rstd, version: int = BEST) -> None:
+    """Device arrays: y (M, N), g (N,) -> z (M, N), rstd (M,)."""
+    VERSIONS[version][1][_config(version, y.shape[0])](y, g, z, rstd)
+
+
+def backward(dz, y, g, rstd, dy, gy, version: int = BEST) -> None:
+    """Device arrays: dz, y (M, N), g (N,), rstd (M,) -> dy (M, N), gy = dz*y*rstd (M, N)."""
+    VERSIONS[version][2][_config(version, y.shape[0])](dz, y, g, rstd, dy, gy)
+
+
+def reference_forward(y, g):
+    y = np.asarray(y, np.float64)
+    rstd = 1.0 / np.sqrt((y * y).mean(axis=1) + float(EPS))
+    return y * rstd[:, None] * np.asarray(g, np.float64), rstd
+
+
+def reference_backward(dz, y, g):
+    dz, y, g = (np.asarray(a, np.float64) for a in (dz, y, g))
+    _, rstd = reference_forward(y, g)
+    dot = (dz * g * y).sum(axis=1)
+    dy = rstd[:, None] * g * dz - (rstd**3 * dot / y.shape[1])[:, None] * y
+    dg = (dz * y * rstd[:, None]).sum(axis=0)
+    return dy, dg
+
+
+def main() -> None:  # python -m fp8lab.kernels.rmsnorm
+    from .. import bench
+    from .elementwise import colsum
+
+    M, N = (7, 45) if runtime.IS_SIM else (8192, 7168)
+    rng = np.random.default_rng()
+    y = rng.standard_normal((M, N), dtype=np.float32) * 3
+    g = rng.uniform(0.5, 1.5, N).astype(np.float32)
+    dz = rng.standard_normal((M, N), dtype=np.float32)
+    ref_z, ref_r = reference_forward(y, g)
+    ref_dy, ref_dg = reference_backward(dz, y, g)
+    dy_, dg_, ddz = cuda.to_device(y), cuda.to_device(g), cuda.to_device(dz)
+    nbytes_f = y.nbytes * 2  # read y, write z
+    nbytes_b = y.nbytes * 4  # read dz, y; write dy, gy
+    ceiling = bench.copy_ceiling_gbs(y.nbytes)
+    rows = []
+    for v, (desc, _, _) in VERSIONS.items():
+        z, r = bench.poisoned((M, N), np.float32), bench.poisoned(M, np.float32)
+        dyo, gy, dg = bench.poisoned((M, N), np.float32), bench.poisoned((M, N), np.float32), bench.poisoned(N, np.float32)
+        forward(dy_, dg_, z, r, v)
+        backward(ddz, dy_, dg_, r, dyo, gy, v)
+        colsum(gy, dg)
+        bench.assert_close(f"forward v{v}", z.copy_to_host(), ref_z, atol=1e-5, rtol=1e-5)
+        bench.assert_close(f"backward dy v{v}", dyo.copy_to_host(), ref_dy, atol=1e-5, rtol=1e-4)
+        bench.assert_close(f"backward dg v{v}", dg.copy_to_host(), ref_dg, atol=1e-4 * np.sqrt(M), rtol=1e-4)
+        ms_f = runtime.time_ms(lambda: forward(dy_, dg_, z, r, v))
+        ms_b = runtime.time_ms(lambda: backward(ddz, dy_, dg_, r, dyo, gy, v))
+        rows.append([f"v{v} {desc}", "ok", runtime.fmt_ms(ms_f), bench.gbs(nbytes_f, ms_f),
+                     runtime.fmt_ms(ms_b), bench.gbs(nbytes_b, ms_b)])
+    bench.print_table(
+        f"RMSNorm {M}x{N} ({runtime.backend}); copy ceiling {'-' if ceiling is None else f'{ceiling:,.0f} GB/s'}",
+        ["version", "check", "forward", "GB/s", "backward", "GB/s"], rows)
+
+
+if __name__ == "__main__":
+    main()

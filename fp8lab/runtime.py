@@ -1,0 +1,122 @@
+"""The one place that knows the backend: numba.cuda, the simulator's gaps closed, timing, problem sizes.
+
+Kernel source imports `cuda`, `shfl_down_sync` and `shfl_xor_sync` from here and never forks by backend:
+- on the GPU these are numba's own intrinsics;
+- under the simulator (which has no warp shuffles) they are emulated (see _simgaps.py), so reduction
+  kernels run unchanged. Every live lane of the warp must call the shuffle, as `0xFFFFFFFF` masks
+  require on the GPU too.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from . import _backend
+
+backend, backend_reason = _backend.select()
+IS_SIM = backend == "sim"
+
+from numba import cuda  # noqa: E402  (must follow backend selection)
+
+FULL_MASK = 0xFFFFFFFF
+WARP_SIZE = 32
+
+if IS_SIM:
+    from . import _simgaps
+
+    _simgaps.install()
+    shfl_down_sync = _simgaps.shfl_down_sync
+    shfl_xor_sync = _simgaps.shfl_xor_sync
+else:
+    shfl_down_sync = cuda.shfl_down_sync
+    shfl_xor_sync = cuda.shfl_xor_sync
+
+
+# Problem sizes: one place that knows the backend. The simulator runs every thread as a Python thread
+# (~1e4 threads/s), so its sizes are tiny; GPU sizes are realistic.
+SIZES = {
+    "sim": {
+        "train": dict(batch=8, d_in=32, d_out=16, steps=30, lr=3e-2, ema_decay=0.9),
+        "check": dict(n=300, m=5, k=37),
+        "bench": dict(n=4096),
+        "gemm_tile": 8,
+    },
+    "gpu": {
+        "train": dict(batch=64, d_in=512, d_out=256, steps=600, lr=1e-3, ema_decay=0.99),
+        "check": dict(n=1 << 22, m=1000, k=777),
+        "bench": dict(n=1 << 28),
+        "gemm_tile": 16,
+    },
+}
+
+
+def sizes(name: str) -> dict:
+    """Problem sizes for this backend: tiny under the simulator, realistic on a GPU."""
+    try:
+        value = SIZES[backend][name]
+    except KeyError:
+        raise ValueError(f"name must be one of {sorted(SIZES[backend])}, got {name!r}") from None
+    return dict(value) if isinstance(value, dict) else value
+
+
+def synchronize() -> None:
+    if not IS_SIM:
+        cuda.synchronize()
+
+
+def time_ms(fn, *, warmup: int = 2, repeat: int = 10) -> float | None:
+    """Median time of `fn()` in milliseconds, measured with CUDA events.
+
+    Returns None under the simulator ("not measured"): its events are synchronous and report -1, and a
+    Python-threads timing says nothing about a GPU.
+    """
+    if IS_SIM:
+        return None
+    for _ in range(warmup):
+        fn()
+    cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, stop = cuda.event(), cuda.event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cuda.event_elapsed_time(start, stop))
+    return statistics.median(times)
+
+
+def fmt_ms(ms: float | None) -> str:
+    return "not measured (simulator)" if ms is None else f"{ms:.3f} ms"
+
+
+def grid_1d(n: int, threads: int = 256, max_blocks: int | None = None) -> tuple[int, int]:
+    """(blocks, threads) covering n elements; capped for grid-stride loops."""
+    blocks = max(1, math.ceil(n / threads))
+    if max_blocks is not None:
+        blocks = min(blocks, max_blocks)
+    return blocks, threads
+
+
+def device_info() -> dict:
+    """Name, SM count, compute capability and memory of device 0 (simulator: what it pretends)."""
+    if IS_SIM:
+        return {"name": "Numba CUDA simulator (CPU threads)", "sms": None, "cc": None, "memory_gib": None}
+    dev = cuda.get_current_device()
+    ctx = cuda.current_context()
+    free, total = ctx.get_memory_info()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    return {
+        "name": name,
+        "sms": dev.MULTIPROCESSOR_COUNT,
+        "cc": "{}.{}".format(*dev.compute_capability),
+        "memory_gib": round(total / 2**30, 1),
+        "memory_free_gib": round(free / 2**30, 1),
+    }
+
+
+def block_threads(gpu: int) -> int:
+    """Threads per block for reduction kernels: `gpu` on a GPU, one warp under the simulator
+    (every simulated thread is an OS thread, so fewer threads means a faster lesson)."""
+    return 32 if IS_SIM else gpu

@@ -1,0 +1,305 @@
+"""The course's program: one Linear layer + bias + RMSNorm trained with MSE, in FP32 or with FP8 GEMMs.
+
+    x (B, K) --quantize--> FP8 GEMM with W (N, K) --> + b --> RMSNorm (gain g) --> z;  loss = mean((z - t)^2)
+    backward: dz -> RMSNorm backward -> dy -> db = colsum(dy), dW = dy^T x (FP8 GEMM), dg = colsum(dz y rstd)
+    update: Adam (or SGD) on FP32 master weights; an exponential moving average (EMA) of them on the CPU.
+
+The target comes from a fixed random "teacher" layer of the same shape plus Gaussian noise of standard
+deviation `noise`, so the loss falls toward a known floor, noise^2 (a perfect student still cannot predict
+the noise), and "FP8 is x% above FP32" means something.
+
+Recipes:
+  fp32        every GEMM in FP32.
+  fp8-tensor  Fprop (x W^T) and Wgrad (dy^T x) in E4M3 with one current (online) scale per tensor, as
+              Transformer Engine's Float8CurrentScaling; accumulation in FP32. The input gradient (Dgrad)
+              is not needed: x is data.
+
+Engines: "kernels" runs the Numba-CUDA kernels (GPU or simulator); "reference" runs the same arithmetic in
+NumPy float32. Both draw the same batches from `seed`, so their curves agree to within REFERENCE_RTOL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+
+from . import _validate as V
+from . import formats, runtime
+from .kernels import elementwise, gemm_nt, loss as loss_k, optim, rmsnorm
+from .kernels.quantize import TensorQuantizer
+from .kernels.quantize import reference as quantize_ref
+
+RECIPES = ("fp32", "fp8-tensor")
+ENGINES = ("kernels", "reference")
+OPTIMIZERS = ("adam", "sgd")
+# Largest relative difference between the kernel and NumPy-reference loss at any step (measured in
+# tests/test_train.py): the two sum in different orders, and in FP8 a last-bit difference can move a value
+# across a rounding boundary of the E4M3 grid.
+REFERENCE_RTOL = {"fp32": 1e-4, "fp8-tensor": 2e-2}
+
+
+class TrainingDiverged(FloatingPointError):
+    """The loss became NaN or Inf."""
+
+
+@dataclasses.dataclass
+class History:
+    recipe: str
+    engine: str
+    backend: str
+    batch: int
+    d_in: int
+    d_out: int
+    steps: int
+    seed: int
+    lr: float
+    optimizer: str
+    noise: float
+    loss: list = dataclasses.field(default_factory=list)  # per-step training loss (floats)
+    eval_loss: float = float("nan")  # final weights, FP32 forward, held-out batch
+    ema_loss: float = float("nan")  # EMA weights, same batch
+    seconds: float = 0.0
+
+    @property
+    def floor(self) -> float:
+        """The loss a perfect student reaches: the variance of the target noise."""
+        return self.noise**2
+
+    @property
+    def final_loss(self) -> float:
+        """Mean training loss over the last 10% of steps (one step's loss is noisy)."""
+        k = max(1, len(self.loss) // 10)
+        return float(np.mean(self.loss[-k:]))
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(floor=self.floor, final_loss=self.final_loss)
+        return d
+
+    def save_json(self, path) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+
+class Data:
+    """The task: fresh Gaussian inputs each step, targets from a fixed random teacher plus noise."""
+
+    def __init__(self, batch: int, d_in: int, d_out: int, noise: float, seed: int):
+        self.batch, self.d_in, self.d_out, self.noise = batch, d_in, d_out, noise
+        rng = np.random.default_rng([seed, 1])
+        self.teacher_w = (rng.standard_normal((d_out, d_in)) / np.sqrt(d_in)).astype(np.float32)
+        self.teacher_b = (0.1 * rng.standard_normal(d_out)).astype(np.float32)
+        self.teacher_g = rng.uniform(0.5, 1.5, d_out).astype(np.float32)
+        self.student_w = (rng.standard_normal((d_out, d_in)) / np.sqrt(d_in)).astype(np.float32)
+        self.stream = np.random.default_rng([seed, 2])
+        self.eval_x, self.eval_t = self._draw(np.random.default_rng([seed, 3]), 8 * batch)
+
+    def _draw(self, rng, n):
+        x = rng.standard_normal((n, self.d_in), dtype=np.float32)
+        z = forward_fp32(x, self.teacher_w, self.teacher_b, self.teacher_g)
+        t = z + np.float32(self.noise) * rng.standard_normal(z.shape, dtype=np.float32)
+        return x, t.astype(np.float32)
+
+    def next(self):
+        return self._draw(self.stream, self.batch)
+
+
+def forward_fp32(x, w, b, g):
+    """NumPy FP32 forward: RMSNorm(x W^T + b) * g."""
+    y = x @ w.T + b
+    rstd = np.float32(1) / np.sqrt((y * y).mean(axis=1, keepdims=True) + rmsnorm.EPS)
+    return (y * rstd * g).astype(np.float32)
+
+
+def _mse(z, t) -> float:
+    d = np.asarray(z, np.float64) - t
+    return float((d * d).mean())
+
+
+class _KernelStep:
+    """One training step as kernel launches on buffers allocated once."""
+
+    def __init__(self, recipe, data: Data, lr, optimizer):
+        B, K, N = data.batch, data.d_in, data.d_out
+        cuda = runtime.cuda
+        self.fp8 = recipe == "fp8-tensor"
+        self.N, self.K = N, K
+        init = np.concatenate([data.student_w.ravel(), np.zeros(N, np.float32), np.ones(N, np.float32)])
+        self.params = cuda.to_device(init)
+        self.grads = cuda.device_array(init.size, np.float32)
+        self.w, self.b, self.g = self._views(self.params)
+        self.dw, self.db, self.dg = self._views(self.grads)
+        self.x = cuda.device_array((B, K), np.float32)
+        self.t = cuda.device_array((B, N), np.float32)
+        self.y = cuda.device_array((B, N), np.float32)
+        self.z = cuda.device_array((B, N), np.float32)
+        self.rstd = cuda.device_array(B, np.float32)
+        self.dy = cuda.device_array((B, N), np.float32)
+        self.gy = cuda.device_array((B, N), np.float32)
+        self.loss = loss_k.MSELoss((B, N))
+        if self.fp8:
+            self.qx = TensorQuantizer((B, K), transpose=True)  # codes for Fprop and, transposed, Wgrad
+            self.qw = TensorQuantizer((N, K))
+            self.qdy = TensorQuantizer((B, N), transpose=True)
+        else:
+            self.xt = cuda.device_array((K, B), np.float32)
+            self.dyt = cuda.device_array((N, B), np.float32)
+        self.opt = optim.Adam(init.size, lr=lr) if optimizer == "adam" else optim.SGD(init.size, lr=lr)
+
+    def _views(self, flat):
+        N, K = self.N, self.K
+        return flat[: N * K].reshape((N, K)), flat[N * K : N * K + N], flat[N * K + N :]
+
+    def __call__(self, x, t) -> float:
+        self.x.copy_to_device(x)
+        self.t.copy_to_device(t)
+        if self.fp8:
+            qx, qw = self.qx(self.x), self.qw(self.w)
+            gemm_nt.launch(qx.codes, qx.scale, qw.codes, qw.scale, self.y)  # Fprop
+        else:
+            gemm_nt.launch(self.x, None, self.w, None, self.y)
+        elementwise.bias_add(self.y, self.b)
+        rmsnorm.forward(self.y, self.g, self.z, self.rstd)
+        self.loss(self.z, self.t)
+        rmsnorm.backward(self.loss.dz, self.y, self.g, self.rstd, self.dy, self.gy)
+        elementwise.colsum(self.dy, self.db)
+        elementwise.colsum(self.gy, self.dg)
+        if self.fp8:
+            qdy = self.qdy(self.dy)
+            gemm_nt.launch(qdy.codes_t, qdy.scale, self.qx.codes_t, self.qx.scale, self.dw)  # Wgrad
+        else:
+            elementwise.transpose(self.dy, self.dyt)
+            elementwise.transpose(self.x, self.xt)
+            gemm_nt.launch(self.dyt, None, self.xt, None, self.dw)
+        self.opt.step(self.params, self.grads)
+        return float(self.loss.loss.copy_to_host()[0])
+
+    def weights(self):
+        p = self.params.copy_to_host()
+        return self._views(p)
+
+
+class _ReferenceStep:
+    """The same step in NumPy float32: the spec the kernels are checked against."""
+
+    def __init__(self, recipe, data: Data, lr, optimizer):
+        N, K = data.d_out, data.d_in
+        self.fp8 = recipe == "fp8-tensor"
+        self.N, self.K = N, K
+        self.params = np.concatenate([data.student_w.ravel(), np.zeros(N, np.float32), np.ones(N, np.float32)])
+        self.m = np.zeros_like(self.params)
+        self.v = np.zeros_like(self.params)
+        self.t = 0
+        self.lr, self.optimizer = lr, optimizer
+
+    def _views(self, flat):
+        N, K = self.N, self.K
+        return flat[: N * K].reshape((N, K)), flat[N * K : N * K + N], flat[N * K + N :]
+
+    def __call__(self, x, t) -> float:
+        f32 = np.float32
+        w, b, g = self._views(self.params)
+        if self.fp8:
+            qx, sx, _ = quantize_ref(x)
+            qw, sw, _ = quantize_ref(w)
+            y = (formats.decode(qx) @ formats.decode(qw).T) * sx * sw
+        else:
+            y = x @ w.T
+        y = (y + b).astype(f32)
+        rstd = (f32(1) / np.sqrt((y * y).mean(axis=1) + rmsnorm.EPS)).astype(f32)
+        z = y * rstd[:, None] * g
+        d = z - t
+        loss = float((d.astype(np.float64) ** 2).mean())
+        dz = (f32(2) * d * f32(1.0 / d.size)).astype(f32)
+        dot = (dz * g * y).sum(axis=1)
+        dy = (rstd[:, None] * g * dz - (rstd**3 * dot / f32(y.shape[1]))[:, None] * y).astype(f32)
+        db = dy.sum(axis=0)
+        dg = (dz * y * rstd[:, None]).sum(axis=0)
+        if self.fp8:
+            qdy, sdy, _ = quantize_ref(dy)
+            dw = (formats.decode(qdy).T @ formats.decode(qx)) * sdy * sx
+        else:
+            dw = dy.T @ x
+        grads = np.concatenate([dw.ravel(), db, dg]).astype(f32)
+        self.t += 1
+        if self.optimizer == "adam":
+            optim.reference_adam(self.params, grads, self.m, self.v, self.t, lr=self.lr)
+        else:
+            self.params -= f32(self.lr) * grads
+        return loss
+
+    def weights(self):
+        return self._views(self.params.copy())
+
+
+def train(
+    recipe: str = "fp8-tensor",
+    steps: int | None = None,
+    seed: int = 0,
+    *,
+    batch: int | None = None,
+    d_in: int | None = None,
+    d_out: int | None = None,
+    lr: float | None = None,
+    optimizer: str = "adam",
+    noise: float = 0.5,
+    ema_decay: float | None = None,
+    engine: str = "kernels",
+    progress: bool = True,
+) -> History:
+    """Train the layer and return its History (per-step losses in `history.loss`).
+
+    Sizes, steps, lr and ema_decay default to the backend's (runtime.sizes("train")): on a GPU the original
+    program's batch 64, input 512, output 256, lr 1e-3 (600 steps); under the simulator batch 8, 32 -> 16,
+    lr 3e-2, 30 steps, so a run takes seconds. Raises TrainingDiverged naming the
+    step if the loss becomes NaN or Inf.
+    """
+    V.choice("recipe", recipe, RECIPES)
+    V.choice("engine", engine, ENGINES)
+    V.choice("optimizer", optimizer, OPTIMIZERS)
+    defaults = runtime.sizes("train")
+    steps = V.positive_int("steps", defaults["steps"] if steps is None else steps)
+    batch = V.positive_int("batch", defaults["batch"] if batch is None else batch)
+    d_in = V.positive_int("d_in", defaults["d_in"] if d_in is None else d_in)
+    d_out = V.positive_int("d_out", defaults["d_out"] if d_out is None else d_out)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise TypeError(f"seed must be a non-negative int, got {V.describe(seed)}")
+    lr = V.positive_float("lr", defaults["lr"] if lr is None else lr)
+    ema_decay = defaults["ema_decay"] if ema_decay is None else ema_decay
+    noise = V.positive_float("noise", noise)
+    if isinstance(ema_decay, bool) or not isinstance(ema_decay, (int, float)) or not 0 <= ema_decay < 1:
+        raise ValueError(f"ema_decay must be a number in [0, 1), got {ema_decay!r}")
+
+    data = Data(batch, d_in, d_out, noise, seed)
+    step_cls = _KernelStep if engine == "kernels" else _ReferenceStep
+    step = step_cls(recipe, data, lr, optimizer)
+    hist = History(recipe, engine, runtime.backend, batch, d_in, d_out, steps, seed, lr, optimizer, noise)
+    ema = [a.copy() for a in step.weights()]
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(range(1, steps + 1), desc=f"{recipe} ({engine}, {runtime.backend})", disable=not progress,
+               unit="step", leave=True)
+    start = time.perf_counter()
+    for i in bar:
+        x, t = data.next()
+        value = step(x, t)
+        if not np.isfinite(value):
+            bar.close()
+            raise TrainingDiverged(
+                f"loss became {value} at step {i} of {steps} (recipe={recipe!r}, lr={lr}): "
+                "lower the learning rate, or check the inputs for NaN/Inf"
+            )
+        hist.loss.append(value)
+        for e, w in zip(ema, step.weights()):  # EMA on the CPU, as the original program kept it
+            e *= np.float32(ema_decay)
+            e += np.float32(1 - ema_decay) * w
+        if i % max(1, steps // 50) == 0 or i == steps:
+            bar.set_postfix(loss=f"{value:.4f}")
+    hist.seconds = time.perf_counter() - start
+    hist.eval_loss = _mse(forward_fp32(data.eval_x, *step.weights()), data.eval_t)
+    hist.ema_loss = _mse(forward_fp32(data.eval_x, *ema), data.eval_t)
+    return hist
