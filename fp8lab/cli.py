@@ -67,12 +67,12 @@ def main(argv=None) -> int:
 
     t = sub.add_parser("train", help="train the FP8 layer (and an FP32 baseline) and plot the loss")
     t.add_argument("--recipe", default="fp8-tensor", choices=("fp32", "fp8-tensor"))
-    t.add_argument("--steps", type=int, help="default: 600 on a GPU, 30 on the simulator")
+    t.add_argument("--steps", type=int, help="default: 600 on a GPU, 20 on the simulator")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--batch", type=int)
     t.add_argument("--d-in", type=int)
     t.add_argument("--d-out", type=int)
-    t.add_argument("--lr", type=float, help="default: 1e-3 on a GPU, 3e-2 on the simulator")
+    t.add_argument("--lr", type=float, help="default: 1e-3 on a GPU, 5e-2 on the simulator")
     t.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
     t.add_argument("--noise", type=float, default=0.5, help="target noise std; the loss floor is its square")
     t.add_argument("--engine", default="kernels", choices=("kernels", "reference"),
@@ -91,12 +91,16 @@ def main(argv=None) -> int:
         os.environ["FP8LAB_BACKEND"] = args.backend
     import fp8lab
 
-    if args.cmd == "info":
-        fp8lab.info(show=True)
-        return 0
-    if args.cmd == "train":
-        return _train(args)
-    return _bench(args)
+    try:
+        if args.cmd == "info":
+            fp8lab.info(show=True)
+            return 0
+        if args.cmd == "train":
+            return _train(args)
+        return _bench(args)
+    except (ValueError, TypeError) as e:  # bad arguments: say what was wrong, without a traceback
+        print(f"fp8lab {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

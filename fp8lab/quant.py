@@ -60,7 +60,7 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128) -> Qu
     if on_device:
         arr = V.array("x", x, dtype=np.float32)
     else:
-        arr = V.array("x", x, dtype=(np.float16, np.float32, np.float64), allow_device=False)
+        arr = V.array("x", x, dtype=(np.float16, np.float32, np.float64))
         arr = np.ascontiguousarray(arr, dtype=np.float32)
     q = qk.TensorQuantizer(arr.shape, fmt=name)
     q(V.to_device(arr))

@@ -37,7 +37,7 @@ else:
 # (~1e4 threads/s), so its sizes are tiny; GPU sizes are realistic.
 SIZES = {
     "sim": {
-        "train": dict(batch=8, d_in=32, d_out=16, steps=30, lr=3e-2, ema_decay=0.9),
+        "train": dict(batch=8, d_in=32, d_out=16, steps=20, lr=5e-2, ema_decay=0.9),
         "check": dict(n=300, m=5, k=37),
         "bench": dict(n=4096),
         "gemm_tile": 8,

@@ -1,0 +1,34 @@
+# Two commands do all set-up from a fresh clone (Python 3.10+):
+#   make lab    create .venv, install fp8lab with the lab extras, open the course in JupyterLab
+#   make test   create .venv, install fp8lab with the test extras, run the tests (simulator or GPU)
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+# Tests that need no GPU run everywhere (on the simulator without one); `make test-gpu` runs the rest.
+PYTEST_ARGS ?=
+
+.PHONY: lab test test-gpu train bench clean
+
+$(VENV)/.installed-%: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -e ".[$*]"
+	touch $@
+
+lab: $(VENV)/.installed-lab
+	$(VENV)/bin/jupyter lab notebooks/00_start_here.ipynb
+
+test: $(VENV)/.installed-test
+	$(PY) -m pytest -m "not gpu" --nbval-lax --nbval-current-env -p no:cacheprovider tests notebooks $(PYTEST_ARGS)
+
+test-gpu: $(VENV)/.installed-test
+	FP8LAB_BACKEND=gpu $(PY) -m pytest -m gpu -p no:cacheprovider tests $(PYTEST_ARGS)
+
+train: $(VENV)/.installed-lab
+	$(VENV)/bin/fp8lab train --recipe fp8-tensor
+
+bench: $(VENV)/.installed-lab
+	$(VENV)/bin/fp8lab bench all
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

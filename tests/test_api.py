@@ -1,0 +1,90 @@
+"""The public quantize / dequantize / fp8_gemm API: results, and errors that name the argument."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fp8lab as fl
+from fp8lab.kernels import quantize as qk
+from fp8lab.runtime import cuda
+
+
+def test_quantize_numpy_in_numpy_out(rng):
+    x = rng.standard_normal((7, 33)).astype(np.float32)
+    q = fl.quantize(x)
+    codes, scale, _ = qk.reference(x)
+    assert isinstance(q.data, np.ndarray) and q.data.dtype == np.uint8 and q.data.shape == x.shape
+    assert (q.data == codes).all() and q.scale[0] == scale
+    assert q.fmt == "e4m3" and q.granularity == "tensor"
+    y = fl.dequantize(q)
+    assert y.dtype == np.float32 and y.shape == x.shape
+    # per element, E4M3 keeps 3 mantissa bits: relative error at most 2^-4 above the subnormal range
+    big = np.abs(x) > 2**-6 * scale
+    assert (np.abs(y - x)[big] <= np.abs(x)[big] * 2**-4 + 1e-7).all()
+
+
+def test_quantize_device_in_device_out_and_e5m2(rng):
+    x = rng.standard_normal(100).astype(np.float32) * 1000
+    q = fl.quantize(cuda.to_device(x), fmt="e5m2")
+    assert hasattr(q.data, "copy_to_host")
+    ref, _, _ = qk.reference(x, "e5m2")
+    assert (q.data.copy_to_host() == ref).all()
+    assert fl.dequantize(q).copy_to_host().dtype == np.float32
+
+
+def test_quantize_converts_float64_numpy(rng):
+    x = rng.standard_normal(50)
+    assert (fl.quantize(x).data == qk.reference(x.astype(np.float32))[0]).all()
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, exc, words",
+    [
+        (("abc",), {}, TypeError, "x must have dtype float16 or float32 or float64, got .* str"),
+        ((object(),), {}, TypeError, "x must be a NumPy or CUDA device array, got object"),
+        ((np.arange(5),), {}, TypeError, "x must have dtype"),
+        ((np.zeros(0, np.float32),), {}, ValueError, "x must not be empty"),
+        ((np.ones(4, np.float32),), dict(fmt="e3m4"), ValueError, "fmt"),
+        ((np.ones(4, np.float32),), dict(fmt="e8m0"), ValueError, "fmt must be one of"),
+        ((np.ones(4, np.float32),), dict(granularity="tile"), ValueError, "granularity must be one of"),
+        ((np.ones(4, np.float32),), dict(block=0), ValueError, "block must be a positive int"),
+    ],
+)
+def test_quantize_bad_inputs(args, kwargs, exc, words):
+    with pytest.raises(exc, match=words):
+        fl.quantize(*args, **kwargs)
+
+
+def test_dequantize_bad_input():
+    with pytest.raises(TypeError, match="q must be a QuantizedTensor"):
+        fl.dequantize(np.zeros(3, np.uint8))
+
+
+def test_fp8_gemm(rng):
+    a = rng.standard_normal((9, 45)).astype(np.float32)
+    b = rng.standard_normal((11, 45)).astype(np.float32)
+    qa, qb = fl.quantize(a), fl.quantize(b)
+    y = fl.fp8_gemm(qa, qb)
+    ref = (fl.dequantize(qa).astype(np.float64) @ fl.dequantize(qb).astype(np.float64).T)
+    assert y.shape == (9, 11) and y.dtype == np.float32
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    # FP8 inputs: the product is close to the exact one, within FP8 rounding
+    rel = np.linalg.norm(y - a @ b.T) / np.linalg.norm(a @ b.T)
+    assert rel < 0.06
+    out = cuda.device_array((9, 11), np.float32)
+    assert fl.fp8_gemm(qa, qb, out=out) is out
+
+
+def test_fp8_gemm_bad_inputs(rng):
+    qa = fl.quantize(rng.standard_normal((4, 8)).astype(np.float32))
+    qb = fl.quantize(rng.standard_normal((5, 9)).astype(np.float32))
+    with pytest.raises(ValueError, match="qa and qb must share K"):
+        fl.fp8_gemm(qa, qb)
+    with pytest.raises(TypeError, match="qb must be a QuantizedTensor"):
+        fl.fp8_gemm(qa, np.zeros((5, 8)))
+    q5 = fl.quantize(rng.standard_normal((5, 8)).astype(np.float32), fmt="e5m2")
+    with pytest.raises(ValueError, match="qb must be E4M3"):
+        fl.fp8_gemm(qa, q5)
+    with pytest.raises(ValueError, match="version must be one of"):
+        fl.fp8_gemm(qa, fl.quantize(rng.standard_normal((5, 8)).astype(np.float32)), version=7)
