@@ -80,3 +80,32 @@ def print_table(title: str, header: list[str], rows: list[list]) -> None:
 
 def gbs(nbytes: int, ms: float | None) -> str:
     return "-" if ms is None else f"{nbytes / (ms * 1e-3) / 1e9:,.0f}"
+
+
+def torch_cuda():
+    """torch, if installed with a usable GPU and we are on the GPU backend; else None (it is optional)."""
+    if runtime.IS_SIM:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def torch_time_ms(torch, fn, warmup: int = 3, repeat: int = 20) -> float:
+    """Median time of a PyTorch callable with CUDA events (the ceiling measured in the same run)."""
+    import statistics
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)

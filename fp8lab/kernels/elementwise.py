@@ -16,6 +16,7 @@ from .. import runtime
 from ..runtime import cuda
 
 TILE = 32
+TILE_PAD = TILE + 1  # shared-array shapes must be compile-time constants
 ROWS = 8  # a 32x8 block moves a 32x32 tile, 4 elements per thread
 MAX_BLOCKS = 4 if runtime.IS_SIM else 1024
 
@@ -48,7 +49,7 @@ def transpose_kernel1(a, out):
 
 @cuda.jit
 def transpose_kernel2(a, out):
-    tile = cuda.shared.array((TILE, TILE + 1), np.float32)
+    tile = cuda.shared.array((TILE, TILE_PAD), np.float32)
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
     i0 = cuda.blockIdx.y * TILE

@@ -22,6 +22,7 @@ from .. import formats, runtime
 from ..runtime import cuda
 
 TILE = runtime.sizes("gemm_tile")  # 16 on a GPU; 8 under the simulator (64 Python threads a block)
+TILE_PAD = TILE + 1  # shared-array shapes must be compile-time constants: no arithmetic inside the kernel
 
 
 def _make_kernels(fp8: bool):
@@ -40,7 +41,7 @@ def _make_kernels(fp8: bool):
     @cuda.jit
     def gemm_nt_kernel2(a, sa, b, sb, lut, c):
         ta = cuda.shared.array((TILE, TILE), np.float32)
-        tb = cuda.shared.array((TILE, TILE + 1), np.float32)  # +1: column reads hit TILE different banks
+        tb = cuda.shared.array((TILE, TILE_PAD), np.float32)  # +1: column reads hit TILE different banks
         table = cuda.shared.array(256, np.float32)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
@@ -141,6 +142,18 @@ def main() -> None:  # python -m fp8lab.kernels.gemm_nt
             ms = runtime.time_ms(lambda: launch(da, dsa, db, dsb, out, v), repeat=5)
             tflops = "-" if ms is None else f"{flops / (ms * 1e-3) / 1e12:.2f}"
             rows.append([f"{kind} v{v}: {desc}", "ok", runtime.fmt_ms(ms), tflops])
+    torch = bench.torch_cuda()
+    if torch is not None:  # the ceilings, measured in the same run: cuBLAS through PyTorch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        ms = bench.torch_time_ms(torch, lambda: ta @ tb.T)
+        rows.append(["torch float32 a @ b.T (cuBLAS SGEMM, TF32 off)", "-", runtime.fmt_ms(ms),
+                     f"{flops / (ms * 1e-3) / 1e12:.2f}"])
+        a8, b8 = ta.to(torch.float8_e4m3fn), tb.to(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda")
+        ms = bench.torch_time_ms(torch, lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.float32))
+        rows.append(["torch._scaled_mm e4m3 (FP8 tensor cores)", "-", runtime.fmt_ms(ms),
+                     f"{flops / (ms * 1e-3) / 1e12:.2f}"])
     bench.print_table(f"NT GEMM {M}x{N}x{K} ({runtime.backend})", ["version", "check", "time", "TFLOP/s"], rows)
 
 

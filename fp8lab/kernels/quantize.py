@@ -174,7 +174,7 @@ def main() -> None:  # python -m fp8lab.kernels.quantize
     x = (rng.standard_normal(n, dtype=np.float32) * 3).astype(np.float32)
     ref_codes, ref_scale, _ = reference(x)
     dx = cuda.to_device(x)
-    nbytes = x.nbytes + x.nbytes // 4 * 2  # two reads of x (amax, cast) + one byte per code written
+    nbytes = 2 * x.nbytes + x.size  # x read twice (amax pass, cast pass) + one byte per code written
     ceiling = bench.copy_ceiling_gbs(x.nbytes)
     rows = []
     for v, (desc, _) in VERSIONS.items():
@@ -186,6 +186,18 @@ def main() -> None:  # python -m fp8lab.kernels.quantize
         ms = runtime.time_ms(lambda: q(dx))
         frac = "-" if ms is None or ceiling is None else f"{nbytes / (ms * 1e-3) / 1e9 / ceiling:.0%}"
         rows.append([f"v{v} {desc}", "ok", runtime.fmt_ms(ms), bench.gbs(nbytes, ms), frac])
+    torch = bench.torch_cuda()
+    if torch is not None:  # PyTorch's equivalent: amax, scale, cast (saturating by clamping first)
+        tx = torch.from_numpy(x).cuda()
+
+        def torch_quantize():
+            inv = 448.0 / tx.abs().amax().clamp(min=float(AMAX_FLOOR))
+            return (tx * inv).clamp(-448, 448).to(torch.float8_e4m3fn)
+
+        ok = "ok" if (torch_quantize().view(torch.uint8).cpu().numpy() == ref_codes).all() else "differs"
+        ms = bench.torch_time_ms(torch, torch_quantize)
+        frac = "-" if ceiling is None else f"{nbytes / (ms * 1e-3) / 1e9 / ceiling:.0%}"
+        rows.append(["torch: amax, scale, .to(float8_e4m3fn)", ok, runtime.fmt_ms(ms), bench.gbs(nbytes, ms), frac])
     bench.print_table(
         f"per-tensor E4M3 quantize, n={n:,} ({runtime.backend}); copy ceiling "
         f"{'-' if ceiling is None else f'{ceiling:,.0f} GB/s'}",
