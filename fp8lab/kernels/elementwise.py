@@ -106,18 +106,21 @@ def main() -> None:  # python -m fp8lab.kernels.elementwise
         transpose(da, out, v)
         bench.assert_close(f"transpose v{v}", out.copy_to_host(), a.T, atol=0, rtol=0)
         ms = runtime.time_ms(lambda: transpose(da, out, v))
-        rows.append([f"transpose v{v}: {desc}", "ok", runtime.fmt_ms(ms), bench.gbs(2 * a.nbytes, ms)])
+        rows.append([f"transpose v{v}: {desc}", "ok", runtime.fmt_ms(ms), bench.gbs(2 * a.nbytes, ms),
+                     bench.of_ceiling(2 * a.nbytes, ms, ceiling)])
     y = cuda.to_device(a)
     bias_add(y, db)
     bench.assert_close("bias_add", y.copy_to_host(), a + b, atol=0, rtol=0)
-    rows.append(["bias_add", "ok", runtime.fmt_ms(t := runtime.time_ms(lambda: bias_add(y, db))), bench.gbs(2 * a.nbytes, t)])
+    t = runtime.time_ms(lambda: bias_add(y, db))
+    rows.append(["bias_add", "ok", runtime.fmt_ms(t), bench.gbs(2 * a.nbytes, t), bench.of_ceiling(2 * a.nbytes, t, ceiling)])
     s = bench.poisoned(N, np.float32)
     colsum(da, s)
     bench.assert_close("colsum", s.copy_to_host(), a.astype(np.float64).sum(0), atol=1e-4 * np.sqrt(M), rtol=1e-5)
-    rows.append(["colsum", "ok", runtime.fmt_ms(t := runtime.time_ms(lambda: colsum(da, s))), bench.gbs(a.nbytes, t)])
+    t = runtime.time_ms(lambda: colsum(da, s))
+    rows.append(["colsum", "ok", runtime.fmt_ms(t), bench.gbs(a.nbytes, t), bench.of_ceiling(a.nbytes, t, ceiling)])
     bench.print_table(
         f"elementwise {M}x{N} ({runtime.backend}); copy ceiling {'-' if ceiling is None else f'{ceiling:,.0f} GB/s'}",
-        ["kernel", "check", "time", "GB/s"], rows)
+        ["kernel", "check", "time", "GB/s", "of copy"], rows)
 
 
 if __name__ == "__main__":

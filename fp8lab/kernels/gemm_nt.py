@@ -127,11 +127,27 @@ def main() -> None:  # python -m fp8lab.kernels.gemm_nt
     qa, sa, _ = quantize_ref(a)
     qb, sb, _ = quantize_ref(b)
     flops = 2 * M * N * K
+    ceiling = {}  # measured in the same run: cuBLAS through PyTorch, when installed
+    torch = bench.torch_cuda()
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        ceiling["float32"] = ("torch float32 a @ b.T (cuBLAS SGEMM, TF32 off)",
+                              bench.torch_time_ms(torch, lambda: ta @ tb.T))
+        a8, b8 = ta.to(torch.float8_e4m3fn), tb.to(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda")
+        ceiling["e4m3"] = ("torch._scaled_mm e4m3 (FP8 tensor cores)", bench.torch_time_ms(
+            torch, lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.float32)))
+
+    def tflops(ms):
+        return "-" if ms is None else f"{flops / (ms * 1e-3) / 1e12:.2f}"
+
     rows = []
     for kind, (ha, hb, s1, s2) in {"float32": (a, b, 1, 1), "e4m3": (qa, qb, sa, sb)}.items():
         ref = reference(ha, hb, s1, s2, fp8=kind == "e4m3")
         da, db = cuda.to_device(ha), cuda.to_device(hb)
         dsa, dsb = cuda.to_device(np.array([s1], np.float32)), cuda.to_device(np.array([s2], np.float32))
+        base = ceiling.get(kind, (None, None))[1]
         for v, desc in VERSIONS.items():
             out = bench.poisoned((M, N), np.float32)
             launch(da, dsa, db, dsb, out, v)
@@ -140,21 +156,12 @@ def main() -> None:  # python -m fp8lab.kernels.gemm_nt
                 hb if kind == "float32" else formats.decode(hb)).mean() * float(s1) * float(s2)
             bench.assert_close(f"{kind} v{v}", out.copy_to_host(), ref, atol=1e-5 * K * scale, rtol=1e-5)
             ms = runtime.time_ms(lambda: launch(da, dsa, db, dsb, out, v), repeat=5)
-            tflops = "-" if ms is None else f"{flops / (ms * 1e-3) / 1e12:.2f}"
-            rows.append([f"{kind} v{v}: {desc}", "ok", runtime.fmt_ms(ms), tflops])
-    torch = bench.torch_cuda()
-    if torch is not None:  # the ceilings, measured in the same run: cuBLAS through PyTorch
-        torch.backends.cuda.matmul.allow_tf32 = False
-        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-        ms = bench.torch_time_ms(torch, lambda: ta @ tb.T)
-        rows.append(["torch float32 a @ b.T (cuBLAS SGEMM, TF32 off)", "-", runtime.fmt_ms(ms),
-                     f"{flops / (ms * 1e-3) / 1e12:.2f}"])
-        a8, b8 = ta.to(torch.float8_e4m3fn), tb.to(torch.float8_e4m3fn)
-        one = torch.ones((), device="cuda")
-        ms = bench.torch_time_ms(torch, lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.float32))
-        rows.append(["torch._scaled_mm e4m3 (FP8 tensor cores)", "-", runtime.fmt_ms(ms),
-                     f"{flops / (ms * 1e-3) / 1e12:.2f}"])
-    bench.print_table(f"NT GEMM {M}x{N}x{K} ({runtime.backend})", ["version", "check", "time", "TFLOP/s"], rows)
+            frac = "-" if ms is None or base is None else f"{base / ms:.1%}"
+            rows.append([f"{kind} v{v}: {desc}", "ok", runtime.fmt_ms(ms), tflops(ms), frac])
+        if kind in ceiling:
+            rows.append([ceiling[kind][0], "-", runtime.fmt_ms(ceiling[kind][1]), tflops(ceiling[kind][1]), "100%"])
+    bench.print_table(f"NT GEMM {M}x{N}x{K} ({runtime.backend})",
+                      ["version", "check", "time", "TFLOP/s", "of torch (same dtype)"], rows)
 
 
 if __name__ == "__main__":

@@ -184,8 +184,7 @@ def main() -> None:  # python -m fp8lab.kernels.quantize
         bench.assert_codes_equal(f"version {v}", q.codes.copy_to_host(), ref_codes)
         assert q.scale.copy_to_host()[0] == ref_scale, f"version {v}: scale differs"
         ms = runtime.time_ms(lambda: q(dx))
-        frac = "-" if ms is None or ceiling is None else f"{nbytes / (ms * 1e-3) / 1e9 / ceiling:.0%}"
-        rows.append([f"v{v} {desc}", "ok", runtime.fmt_ms(ms), bench.gbs(nbytes, ms), frac])
+        rows.append([f"v{v} {desc}", "ok", runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling)])
     torch = bench.torch_cuda()
     if torch is not None:  # PyTorch's equivalent: amax, scale, cast (saturating by clamping first)
         tx = torch.from_numpy(x).cuda()
@@ -196,8 +195,8 @@ def main() -> None:  # python -m fp8lab.kernels.quantize
 
         ok = "ok" if (torch_quantize().view(torch.uint8).cpu().numpy() == ref_codes).all() else "differs"
         ms = bench.torch_time_ms(torch, torch_quantize)
-        frac = "-" if ceiling is None else f"{nbytes / (ms * 1e-3) / 1e9 / ceiling:.0%}"
-        rows.append(["torch: amax, scale, .to(float8_e4m3fn)", ok, runtime.fmt_ms(ms), bench.gbs(nbytes, ms), frac])
+        rows.append(["torch: amax, scale, .to(float8_e4m3fn)", ok, runtime.fmt_ms(ms), bench.gbs(nbytes, ms),
+                     bench.of_ceiling(nbytes, ms, ceiling)])
     bench.print_table(
         f"per-tensor E4M3 quantize, n={n:,} ({runtime.backend}); copy ceiling "
         f"{'-' if ceiling is None else f'{ceiling:,.0f} GB/s'}",

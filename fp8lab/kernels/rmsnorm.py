@@ -150,10 +150,11 @@ def main() -> None:  # python -m fp8lab.kernels.rmsnorm
         ms_f = runtime.time_ms(lambda: forward(dy_, dg_, z, r, v))
         ms_b = runtime.time_ms(lambda: backward(ddz, dy_, dg_, r, dyo, gy, v))
         rows.append([f"v{v} {desc}", "ok", runtime.fmt_ms(ms_f), bench.gbs(nbytes_f, ms_f),
-                     runtime.fmt_ms(ms_b), bench.gbs(nbytes_b, ms_b)])
+                     bench.of_ceiling(nbytes_f, ms_f, ceiling), runtime.fmt_ms(ms_b), bench.gbs(nbytes_b, ms_b),
+                     bench.of_ceiling(nbytes_b, ms_b, ceiling)])
     bench.print_table(
         f"RMSNorm {M}x{N} ({runtime.backend}); copy ceiling {'-' if ceiling is None else f'{ceiling:,.0f} GB/s'}",
-        ["version", "check", "forward", "GB/s", "backward", "GB/s"], rows)
+        ["version", "check", "forward", "GB/s", "of copy", "backward", "GB/s", "of copy"], rows)
 
 
 if __name__ == "__main__":
