@@ -25,6 +25,11 @@ def plot_losses(histories, ax=None, path=None, title=None):
         ax.set_title(title or f"batch {h.batch}, {h.d_in} -> {h.d_out}, {h.optimizer} lr {h.lr:g}, "
                               f"seed {h.seed} ({h.backend})")
     ax.set_yscale("log")
+    from matplotlib.ticker import ScalarFormatter
+
+    for axis in (ax.yaxis,):  # plain numbers (0.3, 2) instead of 3x10^-1 on a log axis
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_formatter(ScalarFormatter())
     ax.set_xlabel("step")
     ax.set_ylabel("MSE loss")
     ax.legend()
