@@ -119,6 +119,11 @@ def _mse(z, t) -> float:
     return float((d * d).mean())
 
 
+def _split(flat, N, K):
+    """Views (W (N, K), b (N,), g (N,)) of one flat parameter (or gradient) buffer, host or device."""
+    return flat[: N * K].reshape((N, K)), flat[N * K : N * K + N], flat[N * K + N :]
+
+
 class _KernelStep:
     """One training step as kernel launches on buffers allocated once."""
 
@@ -150,8 +155,7 @@ class _KernelStep:
         self.opt = optim.Adam(init.size, lr=lr) if optimizer == "adam" else optim.SGD(init.size, lr=lr)
 
     def _views(self, flat):
-        N, K = self.N, self.K
-        return flat[: N * K].reshape((N, K)), flat[N * K : N * K + N], flat[N * K + N :]
+        return _split(flat, self.N, self.K)
 
     def __call__(self, x, t) -> float:
         self.x.copy_to_device(x)
@@ -196,8 +200,7 @@ class _ReferenceStep:
         self.lr, self.optimizer = lr, optimizer
 
     def _views(self, flat):
-        N, K = self.N, self.K
-        return flat[: N * K].reshape((N, K)), flat[N * K : N * K + N], flat[N * K + N :]
+        return _split(flat, self.N, self.K)
 
     def __call__(self, x, t) -> float:
         f32 = np.float32
