@@ -10,7 +10,7 @@ from .runtime import backend  # first: selects the backend before numba.cuda is 
 
 from .formats import E4M3, E5M2, E8M0, decode, encode  # noqa: E402
 from .quant import QuantizedTensor, dequantize, fp8_gemm, quantize  # noqa: E402
-from .train import RECIPES, History, TrainingDiverged, train  # noqa: E402
+from .training import RECIPES, History, TrainingDiverged, train  # noqa: E402
 
 __version__ = "0.1.0"
 

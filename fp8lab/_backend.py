@@ -67,6 +67,8 @@ def select() -> tuple[str, str]:
             f"{ENV_VAR}={already} (restart the kernel/interpreter after changing it)."
         )
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if backend == "sim" else "0"
+    # The lessons launch small grids on purpose; numba would warn about low occupancy on each one.
+    os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
     if "numba" in sys.modules and already is None:
         # numba was imported (e.g. by another library) but not numba.cuda: re-read the flag.
         from numba.core import config

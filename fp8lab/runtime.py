@@ -102,7 +102,8 @@ def grid_1d(n: int, threads: int = 256, max_blocks: int | None = None) -> tuple[
 def device_info() -> dict:
     """Name, SM count, compute capability and memory of device 0 (simulator: what it pretends)."""
     if IS_SIM:
-        return {"name": "Numba CUDA simulator (CPU threads)", "sms": None, "cc": None, "memory_gib": None}
+        return {"name": "Numba CUDA simulator (CPU threads)", "sms": None, "cc": None, "memory_gib": None,
+                "memory_free_gib": None}
     dev = cuda.get_current_device()
     ctx = cuda.current_context()
     free, total = ctx.get_memory_info()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 import fp8lab
 from fp8lab import runtime
 
-T = importlib.import_module("fp8lab.train")
+from fp8lab import training as T
 
 
 @pytest.fixture(scope="module")

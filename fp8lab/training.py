@@ -282,7 +282,10 @@ def train(
     hist = History(recipe, engine, runtime.backend, batch, d_in, d_out, steps, seed, lr, optimizer, noise)
     ema = [a.copy() for a in step.weights()]
 
-    from tqdm.auto import tqdm
+    if progress:
+        from tqdm.auto import tqdm  # a widget in Jupyter, text in a terminal
+    else:
+        from tqdm import tqdm
 
     bar = tqdm(range(1, steps + 1), desc=f"{recipe} ({engine}, {runtime.backend})", disable=not progress,
                unit="step", leave=True)
