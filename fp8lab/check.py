@@ -170,7 +170,8 @@ def _first_mismatches(got, ref, *, atol, rtol, limit=3):
     ok = np.abs(got - ref) <= atol + rtol * np.abs(ref)
     ok &= ~np.isnan(got)
     bad = np.argwhere(~ok)
-    return len(bad), [(tuple(int(i) for i in idx), got[tuple(idx)], ref[tuple(idx)]) for idx in bad[:limit]]
+    return len(bad), [(tuple(int(i) for i in idx), float(got[tuple(idx)]), float(ref[tuple(idx)]))
+                      for idx in bad[:limit]]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -372,22 +373,21 @@ def rmsnorm_forward_kernel(kernel, rng=None):
 
 def _rmsnorm_hint(label, bad, got, y, T):
     idx, gv, rv = bad[0]
+    N = y.shape[1]
+    if label == "rstd" and np.isnan(got).all():
+        return "rstd[m] was never written: have one thread (threadIdx.x == 0) store it for its row"
+    if label == "z" and N > T and np.isnan(got[:, T:]).all() and not np.isnan(got[:, :T]).any():
+        return (f"columns from blockDim.x ({T}) on are still the NaN poison: each thread must loop over the "
+                "row, for n in range(cuda.threadIdx.x, N, cuda.blockDim.x)")
     if np.isnan(gv):
-        if label == "rstd":
-            return "rstd[m] was never written: have one thread (threadIdx.x == 0) store it for its row"
-        n = idx[1]
-        if n >= T:
-            return (f"z{list(idx)} is still the NaN poison: columns beyond blockDim.x ({T}) need a strided loop, "
-                    "for n in range(cuda.threadIdx.x, N, cuda.blockDim.x)")
         return "that output is still the NaN poison (never written) or NaN was computed: check every store"
     m = idx[0]
     if np.abs(y[m]).max() < 1e-2:
         return "wrong only on tiny rows? rstd = 1 / sqrt(mean(y^2) + eps), with eps = RMSNORM_EPS inside the sqrt"
-    ratio = gv / rv if rv else np.inf
-    if np.isfinite(ratio) and ratio > 1:
-        return ("values too large by sqrt(%.3g): is the sum of squares missing some threads' partial sums? "
-                "Every thread must add its partial sum into the block reduction, and read the total only after "
-                "cuda.syncthreads()" % (ratio**2))
+    if label == "rstd" and N > T and rv and gv / rv > 1:
+        return ("rstd too large: the sum of squares is missing elements or partial sums. Does every thread "
+                "loop over the whole row (for n in range(cuda.threadIdx.x, N, cuda.blockDim.x)), and does the "
+                "tree add every thread's partial sum before anyone reads the total (after cuda.syncthreads())?")
     return ("divide the sum of squares by N (the row length), not by blockDim.x; the block reduction must "
             "finish (cuda.syncthreads()) before any thread reads the total")
 

@@ -1,4 +1,4 @@
-"""The `fp8lab` command line: info, train, bench."""
+"""The `fp8lab` command line: info, train, bench, worksheets, grade."""
 
 from __future__ import annotations
 
@@ -60,6 +60,11 @@ def _bench(args) -> int:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("worksheets", "grade"):  # they parse their own options (--help included)
+        from . import worksheets
+
+        return worksheets.main(argv[1:] if argv[0] == "worksheets" else argv)
     p = argparse.ArgumentParser(prog="fp8lab", description="FP8 training course: kernels, checks, benchmarks.")
     p.add_argument("--backend", choices=("gpu", "sim"), help="force a backend (same as FP8LAB_BACKEND)")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -85,6 +90,12 @@ def main(argv=None) -> int:
 
     b = sub.add_parser("bench", help="check every kernel version against its reference, then time it")
     b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("all",))
+
+    w = sub.add_parser("worksheets", help="build exercises/ from solutions/ (`fp8lab worksheets build --help`)",
+                       add_help=False)
+    w.add_argument("rest", nargs=argparse.REMAINDER)
+    g = sub.add_parser("grade", help="run a worksheet headless and print a score table per question")
+    g.add_argument("rest", nargs=argparse.REMAINDER)
 
     args = p.parse_args(argv)
     if args.backend:

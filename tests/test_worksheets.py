@@ -1,0 +1,344 @@
+"""Worksheets: solutions pass their checks, exercises fail them as "not attempted", wrong answers are caught
+with a specific message, and the generator protects a learner's edits. Small shapes: runs on the simulator.
+
+Each notebook is executed once per session (module-scoped fixtures); generator tests work on tmp_path copies
+and never write to the repository's exercises/.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+from fp8lab import check, worksheets
+from fp8lab.runtime import cuda
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "solutions"
+EXERCISES = ROOT / "exercises"
+NAMES = sorted(p.name for p in SOLUTIONS.glob("*.ipynb"))
+CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_kernel"}
+
+
+def test_worksheets_exist():
+    assert NAMES == ["ws1_fp8_encode_decode.ipynb", "ws2_rmsnorm_kernel.ipynb", "ws3_tiled_gemm.ipynb"]
+
+
+@pytest.fixture(scope="module")
+def graded_solutions():
+    return {name: worksheets.grade(SOLUTIONS / name) for name in NAMES}
+
+
+@pytest.fixture(scope="module")
+def graded_exercises():
+    return {name: worksheets.grade(EXERCISES / name) for name in NAMES}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_solution_passes_every_check(graded_solutions, name):
+    rows = graded_solutions[name]
+    assert rows, f"{name} calls no fp8lab.check function"
+    assert all(r["status"] == "passed" for r in rows), rows
+
+
+def test_every_check_has_a_worksheet(graded_solutions):
+    asked = {r["question"] for rows in graded_solutions.values() for r in rows}
+    assert CHECKS <= asked, f"no worksheet calls {sorted(CHECKS - asked)}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_exercise_is_not_attempted(graded_exercises, graded_solutions, name):
+    rows = graded_exercises[name]
+    assert [r["question"] for r in rows] == [r["question"] for r in graded_solutions[name]]
+    for r in rows:
+        assert r["status"] == "not attempted" and r["detail"].startswith("not attempted yet"), r
+
+
+def test_grade_report_mixes_outcomes(tmp_path, capsys):
+    """A learner answered one question wrongly and left the other: one failed row (with the message's first
+    line), one not attempted, exit status 0."""
+    nb = nbformat.read(EXERCISES / "ws1_fp8_encode_decode.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "def decode_e4m3" in c.source)
+    cell.source = cell.source.replace('raise NotImplementedError("your answer goes here: replace this line")',
+                                      "return float(code)")
+    path = tmp_path / "attempt.ipynb"
+    nbformat.write(nb, path)
+    assert worksheets.main(["grade", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "score: 0 of 2 questions passed" in out
+    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.strip().startswith(("decode_e4m3", "encode_e4m3"))}
+    assert "failed" in lines["decode_e4m3"] and "codes decode wrongly" in lines["decode_e4m3"]
+    assert "not attempted" in lines["encode_e4m3"]
+
+
+def test_grade_unreadable_notebook_is_an_error(tmp_path, capsys):
+    bad = tmp_path / "broken.ipynb"
+    bad.write_text("{not json")
+    assert worksheets.main(["grade", str(bad)]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Wrong answers: each must be rejected with a specific message
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def encode_ties_away(x):
+    """Rounds ties away from zero (int(q + 0.5)): wrong on exact ties."""
+    x = float(x)
+    if math.isnan(x):
+        return 0x7F
+    s = 0x80 if math.copysign(1, x) < 0 else 0
+    a = min(abs(x), 448.0)
+    if a < 2.0**-6:
+        return s | int(a * 2**9 + 0.5)
+    m, e = math.frexp(a)
+    return s | min(((e + 5) << 3) + int(m * 16 + 0.5), 0x7E)
+
+
+def encode_no_saturation(x):
+    """Right everywhere except overflow, where it returns NaN (like ml_dtypes) instead of saturating."""
+    from fp8lab import formats
+
+    return int(formats.encode(np.float32(x), formats.E4M3, saturate=False))
+
+
+def decode_no_subnormals(code):
+    s, e, m = code >> 7, (code >> 3) & 0xF, code & 7
+    if e == 0xF and m == 7:
+        return math.nan
+    v = (1 + m / 8) * 2.0 ** (e - 7)  # forgets that e == 0 means 0.mmm * 2^-6
+    return -v if s else v
+
+
+def decode_unsigned_zero(code):
+    s, e, m = code >> 7, (code >> 3) & 0xF, code & 7
+    if e == 0xF and m == 7:
+        return math.nan
+    v = m * 2.0**-9 if e == 0 else (8 + m) * 2.0 ** (e - 10)
+    return -v if s and v else v  # 0x80 -> +0.0
+
+
+THREADS = check.RMSNORM_THREADS
+EPS = check.RMSNORM_EPS
+TILE = check.GEMM_TILE
+
+
+@cuda.jit
+def rmsnorm_without_eps(y, g, z, rstd):
+    partial = cuda.shared.array(THREADS, np.float32)
+    m = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    N = y.shape[1]
+    ss = np.float32(0)
+    for n in range(tid, N, cuda.blockDim.x):
+        ss += y[m, n] * y[m, n]
+    partial[tid] = ss
+    cuda.syncthreads()
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if tid < s:
+            partial[tid] += partial[tid + s]
+        cuda.syncthreads()
+        s //= 2
+    mean = partial[0] / np.float32(N)
+    r = np.float32(1) / math.sqrt(mean) if mean > 0 else np.float32(0)
+    if tid == 0:
+        rstd[m] = r
+    for n in range(tid, N, cuda.blockDim.x):
+        z[m, n] = y[m, n] * r * g[n]
+
+
+@cuda.jit
+def rmsnorm_one_element_per_thread(y, g, z, rstd):
+    partial = cuda.shared.array(THREADS, np.float32)
+    m = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    N = y.shape[1]
+    v = y[m, tid] if tid < N else np.float32(0)  # assumes N <= blockDim.x
+    partial[tid] = v * v
+    cuda.syncthreads()
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if tid < s:
+            partial[tid] += partial[tid + s]
+        cuda.syncthreads()
+        s //= 2
+    r = np.float32(1) / math.sqrt(partial[0] / np.float32(N) + EPS)
+    if tid == 0:
+        rstd[m] = r
+    if tid < N:
+        z[m, tid] = v * r * g[tid]
+
+
+@cuda.jit
+def gemm_skips_last_k_tile(a, b, c):
+    ta = cuda.shared.array((TILE, TILE), np.float32)
+    tb = cuda.shared.array((TILE, TILE), np.float32)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    m = cuda.blockIdx.y * TILE + ty
+    n = cuda.blockIdx.x * TILE + tx
+    n_load = cuda.blockIdx.x * TILE + ty
+    M, K = a.shape
+    N = b.shape[0]
+    acc = np.float32(0)
+    for k0 in range(0, K - K % TILE, TILE):  # drops the partial tile
+        ta[ty, tx] = a[m, k0 + tx] if m < M else np.float32(0)
+        tb[ty, tx] = b[n_load, k0 + tx] if n_load < N else np.float32(0)
+        cuda.syncthreads()
+        for kk in range(TILE):
+            acc += ta[ty, kk] * tb[tx, kk]
+        cuda.syncthreads()
+    if m < M and n < N:
+        c[m, n] = acc
+
+
+@cuda.jit
+def gemm_naive(a, b, c):
+    n, m = cuda.grid(2)
+    if m < c.shape[0] and n < c.shape[1]:
+        acc = np.float32(0)
+        for k in range(a.shape[1]):
+            acc += a[m, k] * b[n, k]
+        c[m, n] = acc
+
+
+WRONG = [
+    (check.encode_e4m3, encode_ties_away, "ties to even"),
+    (check.encode_e4m3, encode_no_saturation, "[overflow]"),
+    (check.decode_e4m3, decode_no_subnormals, "exponent field 0 means subnormal"),
+    (check.decode_e4m3, decode_unsigned_zero, "0x80 is -0.0"),
+    (check.rmsnorm_forward_kernel, rmsnorm_without_eps, "eps = RMSNORM_EPS inside the sqrt"),
+    (check.rmsnorm_forward_kernel, rmsnorm_one_element_per_thread, "range(cuda.threadIdx.x, N, cuda.blockDim.x)"),
+    (check.tiled_gemm_kernel, gemm_skips_last_k_tile, "the last, partial tile of K is missing"),
+    (check.tiled_gemm_kernel, gemm_naive, "uses no shared memory"),
+]
+
+
+@pytest.mark.parametrize("checker, answer, says", WRONG, ids=[w[1].__name__ for w in WRONG])
+def test_wrong_answer_is_rejected(checker, answer, says, rng, capsys):
+    with pytest.raises(check.CheckFailed) as info:
+        checker(answer, rng=rng)
+    msg = str(info.value)
+    assert says in msg, msg
+    assert "hint:" in msg and "passed" not in capsys.readouterr().out
+
+
+def test_not_attempted_function_and_kernel():
+    def encode_e4m3(x):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    @cuda.jit
+    def tiled_gemm_kernel(a, b, c):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    for checker, answer in ((check.encode_e4m3, encode_e4m3), (check.tiled_gemm_kernel, tiled_gemm_kernel)):
+        with pytest.raises(check.NotAttempted, match="^not attempted yet"):
+            checker(answer)
+
+
+def test_check_report_file(tmp_path, monkeypatch, capsys):
+    report = tmp_path / "r.jsonl"
+    monkeypatch.setenv(check.REPORT_ENV, str(report))
+    check.decode_e4m3(lambda c: float(check.formats.value_table()[c]))
+    with pytest.raises(check.CheckFailed):
+        check.decode_e4m3(decode_no_subnormals)
+    recs = [json.loads(line) for line in report.read_text().splitlines()]
+    assert [(r["check"], r["status"]) for r in recs] == [("decode_e4m3", "passed"), ("decode_e4m3", "failed")]
+    assert capsys.readouterr().out.startswith("passed: decode_e4m3")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The generator
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_build_check_passes_on_repo(capsys):
+    assert worksheets.main(["build", "--check"]) == 0, capsys.readouterr().err
+
+
+def test_strip_solution():
+    src = "def f(x):\n    ### BEGIN SOLUTION\n    ### HINT: add one\n    return x + 1\n    ### END SOLUTION\n\nf(1)"
+    out = worksheets.strip_solution(src)
+    assert out == ('def f(x):\n    # Hint: add one\n'
+                   '    raise NotImplementedError("your answer goes here: replace this line")\n\nf(1)')
+    assert "# Hint: " + worksheets.DEFAULT_HINT in worksheets.strip_solution("### BEGIN SOLUTION\nx = 1\n### END SOLUTION")
+    for bad in ("### BEGIN SOLUTION\nx = 1", "x = 1\n### END SOLUTION", "### BEGIN SOLUTION\n### BEGIN SOLUTION"):
+        with pytest.raises(worksheets.WorksheetError):
+            worksheets.strip_solution(bad)
+
+
+def test_exercises_are_clean():
+    for name in NAMES:
+        text = (EXERCISES / name).read_text()
+        assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
+        nb = nbformat.read(EXERCISES / name, as_version=4)
+        assert set(nb.metadata) == {"kernelspec", "language_info"}
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None
+        assert "../notebooks/01_from_pytorch_to_kernels.ipynb" in text
+
+
+@pytest.fixture
+def tree(tmp_path):
+    sol, ex = tmp_path / "solutions", tmp_path / "exercises"
+    shutil.copytree(SOLUTIONS, sol)
+    worksheets.build(sol, ex, run=False, log=lambda *a: None)
+    return sol, ex
+
+
+def test_build_protects_edited_exercise(tree, capsys):
+    sol, ex = tree
+    assert worksheets.stale_files(sol, ex) == []
+    target = ex / "ws2_rmsnorm_kernel.ipynb"
+    nb = nbformat.read(target, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "NotImplementedError" in c.source)
+    cell.source = cell.source.replace("raise NotImplementedError", "pass  # my answer\n    # raise NotImplementedError")
+    nbformat.write(nb, target)
+    edited = target.read_text()
+    args = ["build", "--no-run", "--solutions", str(sol), "--exercises", str(ex)]
+    assert worksheets.main(args) == 1
+    err = capsys.readouterr().err
+    assert "refusing to overwrite" in err and str(target) in err
+    assert target.read_text() == edited
+    assert worksheets.main(["build", "--check", "--solutions", str(sol), "--exercises", str(ex)]) == 1
+    assert str(target) in capsys.readouterr().err
+    assert worksheets.main(args + ["--force"]) == 0
+    assert worksheets.stale_files(sol, ex) == []
+
+
+def test_build_updates_generated_exercise_when_solution_changes(tree, capsys):
+    sol, ex = tree
+    src = sol / "ws1_fp8_encode_decode.ipynb"
+    nb = nbformat.read(src, as_version=4)
+    nb.cells[0].source += "\n\nA new sentence."
+    nbformat.write(nb, src)
+    check_args = ["build", "--check", "--solutions", str(sol), "--exercises", str(ex)]
+    assert worksheets.main(check_args) == 1
+    assert "ws1_fp8_encode_decode.ipynb" in capsys.readouterr().err
+    # the exercise on disk is what the generator wrote last time, so it is replaced without --force
+    written = worksheets.build(sol, ex, run=False, log=lambda *a: None)
+    assert written == ["ws1_fp8_encode_decode.ipynb", worksheets.MANIFEST]
+    assert "A new sentence." in (ex / "ws1_fp8_encode_decode.ipynb").read_text()
+    assert worksheets.main(check_args) == 0
+    assert worksheets.build(sol, ex, run=False, log=lambda *a: None) == []
+
+
+def test_build_refuses_when_a_solution_fails(tmp_path):
+    sol, ex = tmp_path / "solutions", tmp_path / "exercises"
+    sol.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("### BEGIN SOLUTION\nx = 1\n### END SOLUTION"),
+                nbformat.v4.new_code_cell("assert x == 2, 'the solution is wrong'")]
+    nbformat.write(nb, sol / "wsx.ipynb")
+    with pytest.raises(worksheets.WorksheetError, match="wsx.ipynb: cell 1: AssertionError"):
+        worksheets.build(sol, ex, log=lambda *a: None)
+    assert not ex.exists()
