@@ -7,7 +7,8 @@ What is here:
   llvmlite's `InlineAsm` (`cvt_x2_intrinsic` builds them);
 - `encode_e4m3_sat_hw(x)`, `encode_e5m2_sat_hw(x)`: device functions returning one code (int 0..255), the low
   byte of the instruction applied to (0, x), as CUDA's `__nv_cvt_float_to_fp8` does;
-- `encode_e4m3_sat_hw_kernel(x, codes)`: a grid-stride kernel, codes[i] = encode_e4m3_sat_hw(x[i]);
+- `encode_e4m3_sat_hw_kernel(x, codes)`: a grid-stride kernel, codes[i] = encode_e4m3_sat_hw(x[i]), and
+  `encode_e4m3_sat_sw_kernel`, the same loop with the software device function (to compare the two);
 - `ptx_of(fn, signature)`: the PTX text of a kernel or device function, or None with a warning that says why
   not; `ptx_status()`; `find_instructions(ptx_text, prefix)`.
 
@@ -59,6 +60,8 @@ __all__ = [
     "encode_e4m3_sat_hw",
     "encode_e5m2_sat_hw",
     "encode_e4m3_sat_hw_kernel",
+    "encode_e4m3_sat_sw_kernel",
+    "ENCODE_KERNEL_SIGNATURE",
     "ptx_of",
     "ptx_status",
     "find_instructions",
@@ -159,8 +162,18 @@ def encode_e4m3_sat_hw_kernel(x, codes):
         i += step
 
 
+@cuda.jit
+def encode_e4m3_sat_sw_kernel(x, codes):
+    """The same loop with the software device function formats.encode_e4m3_sat, to compare with the hardware."""
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < x.size:
+        codes[i] = formats.encode_e4m3_sat(x[i])
+        i += step
+
+
 ENCODE_KERNEL_SIGNATURE = "void(float32[::1], uint8[::1])"
-"""The signature of encode_e4m3_sat_hw_kernel on contiguous arrays, for ptx_of."""
+"""The signature of the two encode kernels on contiguous arrays, for ptx_of."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -179,20 +192,22 @@ _HOW_TO_GET_PTX = (
 
 
 def ptx_status() -> tuple[bool, str]:
-    """(can ptx_of produce PTX here, why). Cheap: on the simulator it only looks for libnvvm."""
+    """(can ptx_of produce PTX here, why). Cheap: under the simulator it only looks for libnvvm and libnvrtc."""
     if HARDWARE:
         return True, "on the GPU: numba-cuda compiles in this process"
     try:
         from cuda import pathfinder
     except ImportError:
         return False, "no CUDA compiler found (cuda-pathfinder is not installed). " + _HOW_TO_GET_PTX
-    try:
-        pathfinder.load_nvidia_dynamic_lib("nvvm")
-    except Exception as e:  # DynamicLibNotFoundError and friends: what they say is in the message
-        return False, f"the simulator has no compiler, and NVVM (libnvvm) was not found ({type(e).__name__}). " + (
-            _HOW_TO_GET_PTX
-        )
-    return True, "simulator: PTX for sm_90 comes from a subprocess with NUMBA_ENABLE_CUDASIM=0 (NVVM found)"
+    missing = []
+    for lib in ("nvvm", "nvrtc"):  # NVVM compiles to PTX; numba-cuda asks NVRTC which architectures exist
+        try:
+            pathfinder.load_nvidia_dynamic_lib(lib)
+        except Exception:  # DynamicLibNotFoundError and friends
+            missing.append("lib" + lib)
+    if missing:
+        return False, f"the simulator has no compiler, and these were not found: {', '.join(missing)}. " + _HOW_TO_GET_PTX
+    return True, "simulator: PTX comes from a subprocess with NUMBA_ENABLE_CUDASIM=0 (NVVM and NVRTC found)"
 
 
 def _is_device(fn, device: bool | None) -> bool:
@@ -273,7 +288,9 @@ def ptx_of(fn, signature, *, device: bool | None = None, cc: tuple[int, int] | N
 
 # Runs in a fresh interpreter with NUMBA_ENABLE_CUDASIM=0 and no GPU. fp8lab would pick the simulator there (no
 # driver answers), so its driver probe is replaced before the package is imported: fp8lab then believes in a
-# device, takes the GPU code paths (inline PTX, float32 constants) and compiles, launching nothing.
+# device, takes the GPU code paths (inline PTX, float32 constants) and compiles, launching nothing. numba-cuda
+# compiles the device functions that fn calls for "the current device", which needs a driver: here that device
+# is a stand-in that only knows its compute capability.
 _SUBPROCESS = r"""
 import importlib, importlib.util, os, sys
 module, qualname, signature, device, cc, fastmath = sys.argv[1:7]
@@ -286,11 +303,18 @@ bspec.loader.exec_module(backend)
 backend.probe_driver = lambda: (1, "compile only: PTX without a device (fp8lab.ptx.ptx_of)")
 import fp8lab
 from numba import cuda
+import numba.cuda.dispatcher as dispatcher
+cc = tuple(map(int, cc.split(",")))
+
+class CompileOnlyDevice:  # device functions called from fn compile for the current device's cc: this one
+    compute_capability = cc
+
+dispatcher.get_current_device = CompileOnlyDevice
 obj = importlib.import_module(module)
 for part in qualname.split("."):
     obj = getattr(obj, part)
 pyfunc = getattr(obj, "py_func", obj)
-ptx, _ = cuda.compile_ptx(pyfunc, signature, device=device == "1", cc=tuple(map(int, cc.split(","))),
+ptx, _ = cuda.compile_ptx(pyfunc, signature, device=device == "1", cc=cc,
                           fastmath=fastmath == "1")
 sys.stdout.write(ptx)
 """

@@ -1,0 +1,253 @@
+"""fp8lab.ptx: the inline-PTX FP8 conversion against the software spec, and the PTX helpers.
+
+What is checked:
+- on a GPU (`gpu` marker): `cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32` through `encode_*_sat_hw` and the packed
+  intrinsics gives the codes of `formats.encode(x, fmt, saturate=True)` bit for bit, over every float16 bit
+  pattern (as float32) and a million fresh random float32 (ties and their neighbours, subnormals, overflow,
+  +-Inf, NaNs with payloads). For NaN inputs the PTX ISA promises only "a NaN", so there the check is that the
+  code decodes to NaN; the codes the hardware chose are printed (run with -s to see them). The packed result
+  holds the first source operand's code in its upper byte (PTX ISA, cvt);
+- on a GPU: the PTX of kernels that use them contains the instructions;
+- everywhere (simulator included): the same kernel source runs, the simulator's twins give the software codes,
+  `find_instructions` works on a PTX sample, `ptx_of` returns PTX or None with a warning and never raises.
+
+Random inputs are fresh each run; a failure prints the seed (FP8LAB_TEST_SEED=<seed> reproduces).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from fp8lab import formats, ptx, runtime
+from fp8lab.formats import E4M3, E5M2
+from fp8lab.runtime import cuda
+
+POISON = -1  # outside 0..0xFFFF: an unwritten element cannot pass
+
+HW_SIGNATURE = "void(float32[::1], float32[::1], int32[:, ::1])"
+
+
+@cuda.jit
+def hw_codes_kernel(x, y, out):
+    """out[0, i] = encode_e4m3_sat_hw(x[i]); out[1, i] = encode_e5m2_sat_hw(x[i]);
+    out[2, i] = cvt_e4m3x2_satfinite(x[i], y[i]); out[3, i] = cvt_e5m2x2_satfinite(x[i], y[i]) (grid-stride)."""
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < x.size:
+        out[0, i] = ptx.encode_e4m3_sat_hw(x[i])
+        out[1, i] = ptx.encode_e5m2_sat_hw(x[i])
+        out[2, i] = ptx.cvt_e4m3x2_satfinite(x[i], y[i])
+        out[3, i] = ptx.cvt_e5m2x2_satfinite(x[i], y[i])
+        i += step
+
+
+def run_hw_codes(x: np.ndarray, y: np.ndarray, blocks: int, threads: int) -> np.ndarray:
+    out = np.full((4, x.size), POISON, np.int32)
+    d_out = cuda.to_device(out)
+    hw_codes_kernel[blocks, threads](cuda.to_device(x), cuda.to_device(y), d_out)
+    return d_out.copy_to_host()
+
+
+def boundary_float32() -> np.ndarray:
+    """Every E4M3 and E5M2 value and rounding tie (overflow ties included), each with its float32 neighbours
+    (+-3 ulp), float32 extremes and specials; both signs. All exact in float32."""
+    base = []
+    for fmt in (E4M3, E5M2):
+        t = formats.value_table(fmt).astype(np.float64)
+        grid = np.unique(t[np.isfinite(t) & (t >= 0)])
+        beyond = grid[-1] + (grid[-1] - grid[-2])  # the first value past max normal: 480, 65536
+        grid = np.append(grid, beyond)
+        base += [grid, (grid[:-1] + grid[1:]) / 2]
+    base.append([np.finfo(np.float32).max, np.finfo(np.float32).tiny, np.finfo(np.float32).smallest_subnormal,
+                 1e30, 2.0**-126 * 0.75, 1.0, 3.0])
+    b = np.concatenate([np.asarray(v, np.float64) for v in base]).astype(np.float32)
+    bits = b.view(np.uint32).astype(np.int64)[:, None] + np.arange(-3, 4)
+    bits = bits[(bits >= 0) & (bits < 0x7F800000)].astype(np.uint32)  # stay in the positive finite range
+    mags = np.unique(bits.view(np.float32))
+    specials = np.array([np.inf, np.nan, np.float32(0.0)], np.float32)
+    nan_payload = np.array([0x7FC00001, 0x7F800001, 0x7FFFFFFF], np.uint32).view(np.float32)
+    pos = np.concatenate([mags, specials, nan_payload])
+    return np.concatenate([pos, -pos])
+
+
+def random_float32(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n float32: boundaries, log-uniform magnitudes over the whole float32 range (subnormals and overflow
+    included), and uniformly random bit patterns (about 0.4% NaNs with payloads, some Infs); shuffled."""
+    b = boundary_float32()
+    k = (n - b.size) // 2
+    with np.errstate(over="ignore"):
+        logu = (np.exp2(rng.uniform(-152, 129, k)) * rng.choice([-1.0, 1.0], k)).astype(np.float32)
+    bits = rng.integers(0, 2**32, n - b.size - k, dtype=np.uint32).view(np.float32)
+    x = np.concatenate([b, logu, bits])
+    return x[rng.permutation(x.size)]
+
+
+def check_codes(got: np.ndarray, x: np.ndarray, fmt, what: str) -> list[int]:
+    """got (int32 codes) == formats.encode(x, fmt, saturate=True) wherever x is not NaN; NaN inputs must give NaN
+    codes. Returns the sorted NaN codes seen, for the report."""
+    assert ((got >= 0) & (got <= 255)).all(), f"{what}: unwritten or out-of-range codes"
+    codes = got.astype(np.uint8)
+    want = formats.encode(x, fmt, saturate=True)
+    nan = np.isnan(x)
+    bad = np.flatnonzero((codes != want) & ~nan)
+    if bad.size:
+        lines = [
+            f"  x={x[i]!r} (bits 0x{x[i:i + 1].view(np.uint32)[0]:08X}): hardware 0x{codes[i]:02X}, "
+            f"software 0x{want[i]:02X}"
+            for i in bad[:8]
+        ]
+        raise AssertionError(f"{what}: {bad.size} of {x.size} codes differ, first ones:\n" + "\n".join(lines))
+    nan_codes = codes[nan]
+    assert np.isnan(formats.decode(nan_codes, fmt)).all(), f"{what}: a NaN input gave a non-NaN code"
+    return sorted(set(nan_codes.tolist()))
+
+
+def check_all(x: np.ndarray, y: np.ndarray, out: np.ndarray, what: str) -> None:
+    nan_codes = {}
+    nan_codes["e4m3"] = check_codes(out[0], x, E4M3, f"{what}: encode_e4m3_sat_hw")
+    nan_codes["e5m2"] = check_codes(out[1], x, E5M2, f"{what}: encode_e5m2_sat_hw")
+    for row, fmt in ((2, E4M3), (3, E5M2)):
+        assert ((out[row] >= 0) & (out[row] <= 0xFFFF)).all(), f"{what}: unwritten packed codes"
+        # PTX ISA: the first source operand's code goes to the upper byte, the second's to the lower byte.
+        check_codes(out[row] >> 8, x, fmt, f"{what}: cvt_{fmt.name}x2_satfinite upper byte (first operand)")
+        check_codes(out[row] & 0xFF, y, fmt, f"{what}: cvt_{fmt.name}x2_satfinite lower byte (second operand)")
+    print(f"{what}: NaN inputs gave codes " + ", ".join(
+        f"{k} {[hex(c) for c in v]}" for k, v in nan_codes.items()) + " (software: 0x7F/0xFF, 0x7E/0xFE)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Everywhere (simulator: the software twins; GPU: the hardware)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_backend_flag_and_twins():
+    assert ptx.HARDWARE is (not runtime.IS_SIM)
+    if not ptx.HARDWARE:
+        assert ptx.encode_e4m3_sat_hw is formats.encode_e4m3_sat
+        assert ptx.encode_e5m2_sat_hw is formats.encode_e5m2_sat
+    assert ptx.CVT_E4M3X2 == "cvt.rn.satfinite.e4m3x2.f32" and ptx.CVT_E5M2X2 == "cvt.rn.satfinite.e5m2x2.f32"
+
+
+def test_same_kernel_source_gives_software_codes(rng):
+    """Boundaries, ties and specials through every hw name; on the simulator these are the twins."""
+    x = boundary_float32()
+    x = x[rng.permutation(x.size)]
+    y = x[rng.permutation(x.size)]
+    out = run_hw_codes(x, y, blocks=2, threads=64)
+    check_all(x, y, out, f"{x.size} boundary values ({runtime.backend})")
+
+
+def test_encode_kernel_matches_encode(rng):
+    x = np.concatenate([boundary_float32()[:200], (rng.standard_normal(200) * 100).astype(np.float32)])
+    codes = cuda.to_device(np.full(x.size, 0xA5, np.uint8))
+    ptx.encode_e4m3_sat_hw_kernel[2, 64](cuda.to_device(x), codes)
+    check_codes(codes.copy_to_host().astype(np.int32), x, E4M3, "encode_e4m3_sat_hw_kernel")
+
+
+SAMPLE_PTX = """
+.version 8.5
+.target sm_90
+.address_size 64
+	ld.global.f32 	%f2, [%rd20];
+	mov.f32 	%f1, 0f00000000;
+	// begin inline asm
+	cvt.rn.satfinite.e4m3x2.f32 %rs1, %f1, %f2;
+	// end inline asm
+	cvt.rn.satfinite.e5m2x2.f32 %rs2, %f1, %f2;
+	cvt.s64.s32 	%rd13, %r1;
+	st.global.u8 	[%rd23], %rs1;
+"""
+
+
+def test_find_instructions():
+    assert ptx.find_instructions(SAMPLE_PTX, "cvt.rn.satfinite") == [
+        "cvt.rn.satfinite.e4m3x2.f32 %rs1, %f1, %f2;",
+        "cvt.rn.satfinite.e5m2x2.f32 %rs2, %f1, %f2;",
+    ]
+    assert ptx.find_instructions(SAMPLE_PTX, ptx.CVT_E4M3X2) == ["cvt.rn.satfinite.e4m3x2.f32 %rs1, %f1, %f2;"]
+    assert len(ptx.find_instructions(SAMPLE_PTX, "cvt")) == 3
+    assert ptx.find_instructions(SAMPLE_PTX, "mma.sync") == []
+    with pytest.raises(TypeError, match=r"ptx_text must be a str"):
+        ptx.find_instructions(None, "cvt")
+    with pytest.raises(ValueError, match=r"prefix must be a non-empty str"):
+        ptx.find_instructions(SAMPLE_PTX, "")
+
+
+def test_ptx_of_returns_text_or_none_with_reason():
+    """Never raises: PTX text with the instruction, or None and a warning that says how to get PTX. Under the
+    simulator without the compiler wheels this returns at once (no subprocess)."""
+    ok, why = ptx.ptx_status()
+    assert isinstance(why, str) and why
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        text = ptx.ptx_of(ptx.encode_e4m3_sat_hw_kernel, ptx.ENCODE_KERNEL_SIGNATURE)
+    if not ok:
+        assert text is None
+        assert any(issubclass(w.category, ptx.PTXUnavailableWarning) and "pip install" in str(w.message)
+                   for w in caught)
+        return
+    if text is None:  # a compiler is there but failed: the warning must say what happened
+        messages = [str(w.message) for w in caught if issubclass(w.category, ptx.PTXUnavailableWarning)]
+        pytest.fail("ptx_of returned None although ptx_status() said yes: " + " | ".join(messages))
+    assert ".target sm_" in text
+    assert ptx.find_instructions(text, ptx.CVT_E4M3X2), "the kernel's PTX has no cvt.rn.satfinite.e4m3x2.f32"
+
+
+def test_ptx_of_unimportable_function_under_simulator():
+    if ptx.HARDWARE:
+        pytest.skip("on a GPU every function compiles in-process")
+
+    def local_kernel(x):  # defined inside a test: a subprocess cannot import it
+        pass
+
+    with pytest.warns(ptx.PTXUnavailableWarning):
+        assert ptx.ptx_of(local_kernel, "void(float32[::1])") is None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU only: the hardware against the software, exhaustively
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_hardware_equals_software_every_float16():
+    if not ptx.HARDWARE:
+        pytest.skip("needs a CUDA GPU (sm_89+): the simulator runs the software twins")
+    x = np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float32)
+    y = x[::-1].copy()  # the second operand sees every pattern too, paired with a different first one
+    out = run_hw_codes(x, y, blocks=256, threads=256)
+    check_all(x, y, out, "every float16 pattern")
+
+
+@pytest.mark.gpu
+def test_hardware_equals_software_random_float32(rng):
+    if not ptx.HARDWARE:
+        pytest.skip("needs a CUDA GPU (sm_89+): the simulator runs the software twins")
+    x = random_float32(rng, 1_000_000)
+    y = random_float32(rng, 1_000_000)
+    assert np.isnan(x).sum() > 1000 and np.isinf(x).any() and (np.abs(x) > 464).sum() > 1000
+    out = run_hw_codes(x, y, blocks=1024, threads=256)
+    check_all(x, y, out, f"{x.size} random float32")
+
+
+@pytest.mark.gpu
+def test_ptx_contains_the_cvt_instructions():
+    if not ptx.HARDWARE:
+        pytest.skip("needs a CUDA GPU")
+    text = ptx.ptx_of(ptx.encode_e4m3_sat_hw_kernel, ptx.ENCODE_KERNEL_SIGNATURE)
+    lines = ptx.find_instructions(text, "cvt.rn.satfinite")
+    assert lines and all(line.startswith(ptx.CVT_E4M3X2) for line in lines), lines
+    text = ptx.ptx_of(hw_codes_kernel, HW_SIGNATURE)
+    assert ptx.find_instructions(text, ptx.CVT_E4M3X2) and ptx.find_instructions(text, ptx.CVT_E5M2X2)
+    text = ptx.ptx_of(ptx.encode_e5m2_sat_hw, "int64(float32)")
+    assert ptx.find_instructions(text, ptx.CVT_E5M2X2)
+    # The kernel launched for real also compiled to it (inspect_asm of the launched overload).
+    x = np.ones(8, np.float32)
+    codes = cuda.to_device(np.zeros(8, np.uint8))
+    ptx.encode_e4m3_sat_hw_kernel[1, 32](cuda.to_device(x), codes)
+    assert (codes.copy_to_host() == 0x38).all()
+    launched = ptx.encode_e4m3_sat_hw_kernel.inspect_asm()
+    assert any(ptx.find_instructions(t, ptx.CVT_E4M3X2) for t in launched.values())
