@@ -9,14 +9,15 @@ from __future__ import annotations
 from .runtime import backend  # first: selects the backend before numba.cuda is imported
 
 from .formats import E4M3, E5M2, E8M0, decode, encode  # noqa: E402
-from .quant import QuantizedTensor, dequantize, fp8_gemm, quantize  # noqa: E402
+from .quant import QuantizedTensor, dequantize, fp8_gemm, quantize, requantize_tile_to_col  # noqa: E402
+from .scaling import DelayedScaling  # noqa: E402
 from .training import RECIPES, History, TrainingDiverged, train  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "backend", "info", "E4M3", "E5M2", "E8M0", "encode", "decode", "quantize", "dequantize",
-    "QuantizedTensor", "fp8_gemm", "train", "History", "RECIPES", "TrainingDiverged",
+    "QuantizedTensor", "requantize_tile_to_col", "DelayedScaling", "fp8_gemm", "train", "History", "RECIPES", "TrainingDiverged",
 ]
 
 

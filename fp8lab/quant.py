@@ -1,13 +1,15 @@
-"""Public quantization API: `quantize`, `dequantize`, `QuantizedTensor`, and `fp8_gemm` on them.
+"""Public quantization API: `quantize`, `dequantize`, `QuantizedTensor`, `requantize_tile_to_col`, and
+`fp8_gemm` on them.
 
-Granularity "tensor" (one current scale per tensor) is implemented by the kernels in
-kernels/quantize.py; the fine-grained ones (row, 1x128 tile, 128x128 block, MX) come with the formats and
-quantization lesson.
+Granularity "tensor" (one current scale per tensor) is implemented by the kernels in kernels/quantize.py; the
+fine-grained ones (row, 1x128 tile, 128x128 block, MX groups of 32) by kernels/quantize_fine.py, whose module
+docstring states the scale rules and the edge-case policies (partial groups, all-zero groups, NaN/Inf).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 
@@ -15,17 +17,25 @@ from . import _validate as V
 from . import formats, runtime
 from .kernels import gemm_nt
 from .kernels import quantize as qk
+from .kernels import quantize_fine as qf
 
 FMTS = ("e4m3", "e5m2")
-GRANULARITIES = ("tensor",)
+GRANULARITIES = ("tensor", "row", "tile", "block", "mx")
+MX_RULES = ("floor", "ceil")
 
 
 @dataclasses.dataclass
 class QuantizedTensor:
     """FP8 codes plus dequantization scales: x ~= decode(data, fmt) * scale.
 
-    data: uint8 codes, the shape of x. scale: float32, shape (1,) for granularity "tensor".
-    Both are NumPy arrays when quantize() was given a NumPy array, device arrays when given a device array.
+    data: uint8 codes, the shape of x. scale: float32 dequantization factors, one per group:
+      "tensor" (1,); for x (M, K): "row" (M, 1), "tile" (M, ceil(K/block)), "block"
+      (ceil(M/block), ceil(K/block)), "mx" (M, ceil(K/32)) powers of two.
+    block: the group size along K (tile, block), 32 for mx, None for tensor and row.
+    scale_codes: for "mx", the E8M0 codes (uint8, shape of scale) of the scales; None otherwise.
+    nonfinite_groups: for fine granularities and NumPy input, how many groups held NaN/Inf (their scale is
+      NaN and their codes are NaN); None where not counted (tensor, device input).
+    Arrays are NumPy arrays when quantize() was given a NumPy array, device arrays when given a device array.
     """
 
     data: object
@@ -33,6 +43,8 @@ class QuantizedTensor:
     fmt: str
     granularity: str
     block: int | None = None
+    scale_codes: object = None
+    nonfinite_groups: int | None = None
 
     @property
     def shape(self):
@@ -46,39 +58,141 @@ def _fmt_name(fmt) -> str:
     return name
 
 
-def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128) -> QuantizedTensor:
-    """Quantize float32 `x` (NumPy or device array, any shape) to FP8 codes with one scale per tensor.
+def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_scale: bool = False,
+             mx_rule: str = "floor") -> QuantizedTensor:
+    """Quantize float32 `x` (NumPy or device array) to FP8 codes with one scale per group.
 
-    scale = amax / FP8_MAX (448 for E4M3), so the largest |x| encodes to exactly +-FP8_MAX; rounding is to
-    nearest even, saturating. NaN in x makes every code NaN (the scale is NaN). NumPy inputs of other float
-    dtypes are converted to float32 first; device arrays must already be float32.
+    granularity: "tensor" (any shape, one scale), or for a 2-D x (M, K): "row" (1 x K groups), "tile"
+    (1 x block along K: DeepSeek-V3 activations), "block" (block x block: DeepSeek-V3 weights), "mx" (1 x 32,
+    E8M0 power-of-two scales, OCP MX; `block` is ignored). Groups at the right/bottom edge are partial when K
+    (M) is not a multiple of the group size: their amax is over the elements that exist.
+
+    scale = amax / FP8_MAX (448 for E4M3), so each nonzero group's largest |x| encodes to exactly +-FP8_MAX;
+    rounding is to nearest even, saturating. pow2_scale=True rounds each scale UP to a power of two (no
+    element saturates; Transformer Engine's Float8BlockScaling does the same: its quantization factor
+    FP8_MAX / amax is rounded down); not available for "tensor". mx_rule: "floor" (OCP: 2^(floor(log2 amax) -
+    emax_elem); elements above FP8_MAX then saturate) or "ceil" (NVIDIA/TE: the scale rounded up, nothing
+    saturates).
+
+    Edge cases: an all-zero group gets codes 0 and the finite scale AMAX_FLOOR / FP8_MAX (amax is floored at
+    1e-12, as for "tensor"). "tensor": NaN makes every code NaN. Fine granularities: a group holding NaN or
+    +-Inf gets scale NaN and NaN codes (0x7F), so it dequantizes to NaN; other groups are unaffected; for
+    NumPy input the number of such groups is `q.nonfinite_groups` and a RuntimeWarning says so.
+    NumPy inputs of dtype float16/float64 are converted to float32, and non-contiguous ones (slices,
+    transposes) are copied to a contiguous array first; device arrays must be float32 and C-contiguous.
     """
     name = _fmt_name(fmt)
     V.choice("granularity", granularity, GRANULARITIES)
     V.positive_int("block", block)
+    if not isinstance(pow2_scale, (bool, np.bool_)):
+        raise TypeError(f"pow2_scale must be a bool, got {V.describe(pow2_scale)}")
+    V.choice("mx_rule", mx_rule, MX_RULES)
     on_device = V.is_device_array(x)
     if on_device:
         arr = V.array("x", x, dtype=np.float32)
     else:
         arr = V.array("x", x, dtype=(np.float16, np.float32, np.float64))
         arr = np.ascontiguousarray(arr, dtype=np.float32)
-    q = qk.TensorQuantizer(arr.shape, fmt=name)
-    q(V.to_device(arr))
+    if granularity == "tensor":
+        if pow2_scale:
+            raise ValueError("pow2_scale=True needs a fine granularity ('row', 'tile', 'block', 'mx'), "
+                             "got granularity 'tensor'")
+        q = qk.TensorQuantizer(arr.shape, fmt=name)
+        q(V.to_device(arr))
+        if on_device:
+            return QuantizedTensor(q.codes, q.scale, name, granularity)
+        return QuantizedTensor(q.codes.copy_to_host(), q.scale.copy_to_host(), name, granularity)
+    return _quantize_fine(arr, on_device, name, granularity, int(block), bool(pow2_scale), mx_rule)
+
+
+def _quantize_fine(arr, on_device, fmt, granularity, block, pow2_scale, mx_rule) -> QuantizedTensor:
+    if arr.ndim != 2:
+        raise ValueError(f"granularity must be one of ('tensor',) for x that is not 2-D: {granularity!r} needs "
+                         f"x of shape (M, K), got {V.describe(arr)}")
+    if granularity in ("tile", "block") and block > qf.MAX_GROUP:
+        raise ValueError(f"block must be at most {qf.MAX_GROUP} for granularity {granularity!r}, got {block}")
+    if on_device and not arr.is_c_contiguous():
+        raise ValueError(f"x must be C-contiguous when it is a device array, got {V.describe(arr)}")
+    dx = V.to_device(arr)
+    codes = runtime.cuda.device_array(arr.shape, np.uint8)
+    scale = runtime.cuda.device_array(qf.scale_shape(granularity, arr.shape, block), np.float32)
+    scale_codes = None
+    mode = "pow2" if pow2_scale else "amax"
+    if granularity == "row":
+        qf.quantize_row(dx, codes, scale, fmt=fmt, mode=mode)
+        block = None
+    elif granularity == "tile":
+        qf.quantize_tile(dx, codes, scale, fmt=fmt, block=block, mode=mode)
+    elif granularity == "block":
+        qf.quantize_block(dx, codes, scale, fmt=fmt, block=block, mode=mode)
+    else:  # mx: power-of-two scales whatever pow2_scale says
+        scale_codes = runtime.cuda.device_array(scale.shape, np.uint8)
+        qf.quantize_mx(dx, codes, scale, scale_codes, fmt=fmt, rule=mx_rule)
+        block = qf.MX_GROUP
     if on_device:
-        return QuantizedTensor(q.codes, q.scale, name, granularity)
-    return QuantizedTensor(q.codes.copy_to_host(), q.scale.copy_to_host(), name, granularity)
+        return QuantizedTensor(codes, scale, fmt, granularity, block, scale_codes)
+    q = QuantizedTensor(codes.copy_to_host(), scale.copy_to_host(), fmt, granularity, block,
+                        None if scale_codes is None else scale_codes.copy_to_host())
+    q.nonfinite_groups = int(np.count_nonzero(~np.isfinite(q.scale)))
+    if q.nonfinite_groups:
+        warnings.warn(f"x has NaN/Inf in {q.nonfinite_groups} of {q.scale.size} {granularity} groups: their "
+                      "scales and codes are NaN", RuntimeWarning, stacklevel=3)
+    return q
+
+
+def _check_quantized(name: str, q) -> None:
+    if not isinstance(q, QuantizedTensor):
+        raise TypeError(f"{name} must be a QuantizedTensor (from fp8lab.quantize), got {V.describe(q)}")
 
 
 def dequantize(q: QuantizedTensor):
-    """float32 array: decode(q.data) * q.scale (NumPy in, NumPy out; device in, device out)."""
-    if not isinstance(q, QuantizedTensor):
-        raise TypeError(f"q must be a QuantizedTensor (from fp8lab.quantize), got {V.describe(q)}")
+    """float32 array: decode(q.data) * q.scale, each scale broadcast over its group (NumPy in, NumPy out;
+    device in, device out). NaN codes (and NaN scales) give NaN."""
+    _check_quantized("q", q)
     on_device = V.is_device_array(q.data)
     codes = V.array("q.data", q.data, dtype=np.uint8)
-    scale = V.array("q.scale", q.scale, dtype=np.float32, shape=(1,))
     out = runtime.cuda.device_array(codes.shape, np.float32)
-    qk.dequantize(V.to_device(codes), V.to_device(scale), out, q.fmt)
+    if q.granularity == "tensor":
+        scale = V.array("q.scale", q.scale, dtype=np.float32, shape=(1,))
+        qk.dequantize(V.to_device(codes), V.to_device(scale), out, q.fmt)
+    else:
+        V.choice("q.granularity", q.granularity, GRANULARITIES)
+        codes = V.array("q.data", codes, dtype=np.uint8, ndim=2)
+        block = 128 if q.block is None else q.block
+        scale = V.array("q.scale", q.scale, dtype=np.float32,
+                        shape=qf.scale_shape(q.granularity, codes.shape, block))
+        gm, gk = qf.group_shape(q.granularity, codes.shape, block)
+        qf.dequantize(V.to_device(codes), V.to_device(scale), gm, gk, out, fmt=q.fmt)
     return out if on_device else out.copy_to_host()
+
+
+def requantize_tile_to_col(q: QuantizedTensor, pow2_scale: bool = False) -> QuantizedTensor:
+    """Re-quantize 1 x block tiles of x (M, K) as block x 1 tiles, on the device, from codes and scales only.
+
+    Returns a QuantizedTensor of x.T with granularity "tile": data (K, M) uint8, the codes of x.T row-major;
+    scale (K, ceil(M/block)) float32, where scale[k, j] belongs to the block x 1 group
+    x[j*block:(j+1)*block, k] (the last group partial when M is not a multiple of block). This is the layout
+    the Wgrad GEMM (dW = dY.T @ X, a reduction over the M tokens) needs (DeepSeek-V3, section 3.3), and
+    `dequantize` of the result approximates x.T. Each value is decoded in registers (code * old scale),
+    re-scaled by the new group amax and re-encoded: two roundings, no float32 copy of x in global memory.
+    A NaN/Inf tile poisons every column group it overlaps.
+    """
+    _check_quantized("q", q)
+    if q.granularity != "tile":
+        raise ValueError(f"q must have granularity 'tile' (1 x block tiles along K), got {q.granularity!r}")
+    if not isinstance(pow2_scale, (bool, np.bool_)):
+        raise TypeError(f"pow2_scale must be a bool, got {V.describe(pow2_scale)}")
+    on_device = V.is_device_array(q.data)
+    codes = V.array("q.data", q.data, dtype=np.uint8, ndim=2)
+    scale = V.array("q.scale", q.scale, dtype=np.float32, shape=qf.scale_shape("tile", codes.shape, q.block))
+    M, K = codes.shape
+    codes_t = runtime.cuda.device_array((K, M), np.uint8)
+    scale_t = runtime.cuda.device_array(qf.scale_shape("tile", (K, M), q.block), np.float32)
+    qf.requantize_tile_to_col(V.to_device(codes), V.to_device(scale), codes_t, scale_t, fmt=q.fmt,
+                              block=q.block, mode="pow2" if pow2_scale else "amax")
+    if on_device:
+        return QuantizedTensor(codes_t, scale_t, q.fmt, "tile", q.block)
+    return QuantizedTensor(codes_t.copy_to_host(), scale_t.copy_to_host(), q.fmt, "tile", q.block)
 
 
 def fp8_gemm(qa: QuantizedTensor, qb: QuantizedTensor, out=None, version: int | None = None):
@@ -88,8 +202,7 @@ def fp8_gemm(qa: QuantizedTensor, qb: QuantizedTensor, out=None, version: int | 
     memory). Per-tensor E4M3 inputs for now. `out`: optional float32 (M, N) device array to write into.
     """
     for name, q in (("qa", qa), ("qb", qb)):
-        if not isinstance(q, QuantizedTensor):
-            raise TypeError(f"{name} must be a QuantizedTensor (from fp8lab.quantize), got {V.describe(q)}")
+        _check_quantized(name, q)
         if q.fmt != "e4m3" or q.granularity != "tensor":
             raise ValueError(f"{name} must be E4M3 with granularity 'tensor', got {q.fmt!r}/{q.granularity!r}")
         V.array(f"{name}.data", q.data, dtype=np.uint8, ndim=2)

@@ -47,7 +47,8 @@ def test_quantize_converts_float64_numpy(rng):
         ((np.zeros(0, np.float32),), {}, ValueError, "x must not be empty"),
         ((np.ones(4, np.float32),), dict(fmt="e3m4"), ValueError, "fmt"),
         ((np.ones(4, np.float32),), dict(fmt="e8m0"), ValueError, "fmt must be one of"),
-        ((np.ones(4, np.float32),), dict(granularity="tile"), ValueError, "granularity must be one of"),
+        ((np.ones(4, np.float32),), dict(granularity="tiles"), ValueError, "granularity must be one of"),
+        ((np.ones(4, np.float32),), dict(granularity="tile"), ValueError, "needs x of shape"),
         ((np.ones(4, np.float32),), dict(block=0), ValueError, "block must be a positive int"),
     ],
 )

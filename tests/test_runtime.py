@@ -97,7 +97,8 @@ def test_warp_shuffles(rng):
     want_down = np.where((np.arange(n) % 32) + 3 < 32, np.roll(x, -3), x)
     assert (down == want_down).all()
     assert (xmax == np.repeat(w.max(1), 32)).all()
-    np.testing.assert_allclose(total, w.sum(1), rtol=1e-5)
+    # float32 tree sum vs NumPy's pairwise sum: bound by the magnitudes, not the (possibly tiny) total
+    np.testing.assert_allclose(total, w.sum(1), rtol=0, atol=1e-6 * np.abs(w).sum(1).max())
 
 
 @cuda.jit

@@ -1,0 +1,621 @@
+"""Fine-grained FP8 quantization: one scale per row, per 1x128 tile, per 128x128 block, per MX group of 32.
+
+x is float32 (M, K), C-contiguous. A "group" is the set of elements that share one scale:
+
+| granularity | group                 | scale shape                 | used by                                |
+|-------------|-----------------------|-----------------------------|----------------------------------------|
+| row         | 1 x K                 | (M, 1)                      | torchao ROWWISE, per-token activations |
+| tile        | 1 x block (along K)   | (M, ceil(K/block))          | DeepSeek-V3 activations (block = 128)  |
+| block       | block x block         | (ceil(M/block), ceil(K/block)) | DeepSeek-V3 weights (block = 128)   |
+| mx          | 1 x 32 (along K)      | (M, ceil(K/32)), E8M0 codes | OCP MX (MXFP8)                         |
+
+Tile quantize versions (VERSIONS):
+version 1: two passes: a warp per tile finds the amax and writes scale and inv_scale to global memory, then an
+           elementwise cast kernel reads x again and looks its tile's inv_scale up (9 bytes moved per element).
+version 2: fused: one warp per 1x128 tile; each lane loads 4 elements into registers, warp_max by 5
+           shuffles, computes the scale, casts its 4 registers and writes codes and scale (5 bytes per
+           element: x read once, no global round trip of the scales).
+The other kernels (one version each):
+row:     one thread block per row: block_max over the row, then the cast (fused, one launch; the second read
+         of the row hits L1/L2).
+block:   one thread block per block x block tile: block_max, then the cast (fused; a 128x128 float32 tile is
+         64 KiB, more than static shared memory, so the second read comes from L2).
+mx:      the tile kernel of version 2 with groups of 32 (one element per lane) and E8M0 scales.
+dequantize: elementwise, decode(code) * scale[r // group_rows, c // group_cols], any granularity.
+requantize_tile_to_col: 1 x block tiles of x -> block x 1 tiles, i.e. 1 x block tiles of x.T, from the codes
+         and scales only (see `requantize_tile_to_col`).
+
+Scales (`scale` is the DEQUANTIZATION factor: x ~= decode(code) * scale; Transformer Engine: scale_inv):
+- mode "amax" (default): scale = amax / FP8_MAX, inv_scale = FP8_MAX / amax, both float32 divisions, so each
+  nonzero group's largest |x| encodes to exactly +-FP8_MAX (448 for E4M3).
+- mode "pow2" (pow2_scale=True): t = amax / FP8_MAX rounded UP to a power of two. Up, so that no element
+  saturates (amax / scale <= FP8_MAX) and the cast is exact scaling by 2^-k; the price is up to one binade of
+  unused range. This is Transformer Engine's Float8BlockScaling choice: TE rounds its quantization factor
+  (FP8_MAX / amax) DOWN to a power of two, which is our dequantization factor rounded up.
+- mode "mx_floor" (OCP MX v1.0): shared_exp = floor(log2(amax)) - emax_elem (8 for E4M3, 15 for E5M2);
+  scale = 2^shared_exp. amax / scale lies in [256, 512) for E4M3, so elements above 464 saturate to 448.
+- mode "mx_ceil" (NVIDIA / Transformer Engine MXFP8): the "pow2" rule; nothing saturates.
+  E8M0 codes of the MX scales: 127 + exponent (the kernels write them; the reference uses formats.encode).
+  With AMAX_FLOOR the exponent stays in [-49, 119], inside E8M0's [-127, 127], so no clamping is needed.
+All power-of-two scales are computed exactly in float32 without ldexp: t = m * 2^e by frexp, 2^e = t / m.
+
+Policies (the same in the kernels and in the NumPy reference, so codes compare bit for bit):
+- Partial groups: when K (or M) is not a multiple of the group size the last group is smaller; its amax is
+  over the elements that exist (nothing is padded in memory).
+- All-zero group: amax is floored at AMAX_FLOOR = 1e-12 (kernels/quantize.py explains the value): codes are 0
+  (0x80 for -0.0) and the scale is finite and positive, not 0/0. A group with 0 < amax < 1e-12 uses the floor
+  too, so its largest element stays below FP8_MAX.
+- NaN or +-Inf anywhere in a group "poisons" the group: its scale is NaN, every code of the group is 0x7F
+  (E4M3 NaN; E5M2 0x7F is a NaN too) and its E8M0 code 0xFF, so dequantize gives NaN for the whole group and
+  the problem shows downstream. Inf is treated like NaN because it leaves no usable scale (FP8_MAX / Inf = 0
+  would silently zero the group's finite elements) and in training it means an overflow upstream. The codes
+  are written explicitly (no x * NaN), so the NaN code has a fixed sign on every backend.
+- requantize: a NaN that was in a tile poisons every 128 x 1 column group it reaches.
+
+Run `python -m fp8lab.kernels.quantize_fine` to check every kernel against the reference and time it.
+TIP: a kernel that fails only on the GPU: run it under the simulator (FP8LAB_BACKEND=sim), where `print` and
+pdb work inside kernels; keep the shape small.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import formats, runtime
+from ..runtime import WARP_SIZE, cuda
+from .quantize import AMAX_FLOOR, ENCODE, FP8_MAX
+from .reduce import block_max, nanmax, warp_max
+
+THREADS = runtime.block_threads(256)  # row / block kernels: threads per block (one warp under the simulator)
+WARPS_PER_BLOCK = 4 if not runtime.IS_SIM else 1  # tile / mx kernels: one warp per tile
+MAX_BLOCKS = 65535 if not runtime.IS_SIM else 8  # grid-stride loops cover the rest
+ELEMENTWISE_THREADS = 256 if not runtime.IS_SIM else 32
+MAX_GROUP = 1024  # largest supported block (local arrays and the requantize shared tile are sized by it)
+MX_GROUP = 32
+EMAX_ELEM = {"e4m3": 8, "e5m2": 15}  # unbiased exponent of FP8_MAX (OCP MX emax_elem)
+MODES = ("amax", "pow2", "mx_floor", "mx_ceil")
+POISON_CODE = 0x7F  # the code every element of a NaN/Inf group gets
+E8M0_NAN = 0xFF
+DECODE = {"e4m3": formats.decode_e4m3, "e5m2": formats.decode_e5m2}
+
+_F32_MAX = np.float32(np.finfo(np.float32).max)
+_F32_NAN = np.float32(np.nan)
+_ONE = np.float32(1.0)
+_HALF = np.float32(0.5)
+_ZERO = np.float32(0.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The scale of one group (device function, one per (fmt, mode))
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _make_group_scale(fmt: str, mode: str):
+    fp8_max = FP8_MAX[fmt]
+    emax = EMAX_ELEM[fmt]
+    mx_mul = np.float32(2.0 ** -(1 + emax))  # 2^e (from frexp) * 2^-(1+emax) = 2^(floor(log2 amax) - emax)
+    mode_id = MODES.index(mode)
+
+    @cuda.jit(device=True)
+    def group_scale(amax):
+        """(scale, inv_scale, e8m0_code) of a group from its amax; NaN scales for a NaN/Inf amax."""
+        if not amax <= _F32_MAX:  # NaN compares false; +Inf is above the largest float32
+            return _F32_NAN, _F32_NAN, E8M0_NAN
+        safe = amax if amax > AMAX_FLOOR else AMAX_FLOOR
+        if mode_id == 0:  # amax / FP8_MAX
+            return safe / fp8_max, fp8_max / safe, 0
+        if mode_id == 2:  # OCP: 2^(floor(log2 amax) - emax_elem)
+            m, e = math.frexp(safe)  # safe = m * 2^e, 0.5 <= m < 1, so floor(log2 safe) = e - 1
+            s = (safe / m) * mx_mul  # safe / m == 2^e exactly
+            return s, _ONE / s, int(e) + (126 - emax)
+        t = safe / fp8_max  # modes 1 and 3: round t up to a power of two
+        m, e = math.frexp(t)
+        if m == _HALF:  # t is already a power of two, 2^(e-1)
+            return t, _ONE / t, int(e) + 126
+        s = t / m  # 2^e exactly
+        return s, _ONE / s, int(e) + 127
+
+    return group_scale
+
+
+def _group_scale_ref(amax: np.ndarray, fmt: str, mode: str):
+    """NumPy twin of group_scale on an array of float32 amaxes: (scale, inv_scale, e8m0 codes)."""
+    amax = np.asarray(amax, np.float32)
+    fp8_max = FP8_MAX[fmt]
+    poisoned = ~(amax <= _F32_MAX)
+    safe = np.where(poisoned, _ONE, np.maximum(amax, AMAX_FLOOR)).astype(np.float32)
+    code = np.zeros(amax.shape, np.int64)
+    if mode == "amax":
+        scale = (safe / fp8_max).astype(np.float32)
+        inv = (fp8_max / safe).astype(np.float32)
+    else:
+        if mode == "mx_floor":
+            m, e = np.frexp(safe)
+            scale = ((safe / m) * np.float32(2.0 ** -(1 + EMAX_ELEM[fmt]))).astype(np.float32)
+            code = e.astype(np.int64) + (126 - EMAX_ELEM[fmt])
+        else:
+            t = (safe / fp8_max).astype(np.float32)
+            m, e = np.frexp(t)
+            exact = m == _HALF
+            scale = np.where(exact, t, t / m).astype(np.float32)
+            code = e.astype(np.int64) + np.where(exact, 126, 127)
+        inv = (_ONE / scale).astype(np.float32)
+    scale = np.where(poisoned, _F32_NAN, scale).astype(np.float32)
+    inv = np.where(poisoned, _F32_NAN, inv).astype(np.float32)
+    code = np.where(poisoned, E8M0_NAN, code).astype(np.uint8)
+    return scale, inv, code
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Kernels (built per (fmt, group size, mode): the group size sizes local and shared arrays, so it is a constant)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _make_tile_kernels(fmt: str, gk: int, mode: str):
+    encode = ENCODE[fmt]
+    group_scale = _make_group_scale(fmt, mode)
+    per_lane = (gk + WARP_SIZE - 1) // WARP_SIZE  # 4 for 1x128 tiles, 1 for MX groups of 32
+    write_codes = mode in ("mx_floor", "mx_ceil")
+
+    @cuda.jit
+    def tile_amax_kernel1(x, scale, inv_scale, scale_codes):
+        """v1 pass 1: one warp per 1 x gk tile, amax -> scale and inv_scale in global memory."""
+        K = x.shape[1]
+        ntk = scale.shape[1]
+        lane = cuda.threadIdx.x % WARP_SIZE
+        w = cuda.grid(1) // WARP_SIZE
+        while w < scale.size:  # warp-uniform loop: every lane reaches every shuffle
+            r = w // ntk
+            t = w % ntk
+            k0 = t * gk
+            m = _ZERO
+            for j in range(per_lane):
+                c = k0 + lane + WARP_SIZE * j  # lanes read consecutive addresses: coalesced
+                if lane + WARP_SIZE * j < gk and c < K:
+                    m = nanmax(m, abs(x[r, c]))
+            m = warp_max(m)
+            s, inv, code = group_scale(m)
+            if lane == 0:
+                scale[r, t] = s
+                inv_scale[r, t] = inv
+                if write_codes:
+                    scale_codes[r, t] = code
+            w += cuda.gridsize(1) // WARP_SIZE
+
+    @cuda.jit
+    def tile_cast_kernel1(x, inv_scale, codes):
+        """v1 pass 2: elementwise; reads x a second time and its tile's inv_scale from global memory."""
+        K = x.shape[1]
+        i = cuda.grid(1)
+        while i < x.size:
+            r = i // K
+            c = i % K
+            inv = inv_scale[r, c // gk]
+            codes[r, c] = POISON_CODE if inv != inv else encode(x[r, c] * inv)
+            i += cuda.gridsize(1)
+
+    @cuda.jit
+    def tile_fused_kernel2(x, codes, scale, scale_codes):
+        """v2: one warp per tile, x read once into registers, amax by shuffles, cast, write codes and scale."""
+        vals = cuda.local.array(per_lane, np.float32)
+        K = x.shape[1]
+        ntk = scale.shape[1]
+        lane = cuda.threadIdx.x % WARP_SIZE
+        w = cuda.grid(1) // WARP_SIZE
+        while w < scale.size:
+            r = w // ntk
+            t = w % ntk
+            k0 = t * gk
+            m = _ZERO
+            for j in range(per_lane):
+                c = k0 + lane + WARP_SIZE * j
+                v = _ZERO
+                if lane + WARP_SIZE * j < gk and c < K:
+                    v = x[r, c]
+                vals[j] = v  # out-of-range slots hold 0: they leave the amax alone
+                m = nanmax(m, abs(v))
+            m = warp_max(m)
+            s, inv, code = group_scale(m)
+            for j in range(per_lane):
+                c = k0 + lane + WARP_SIZE * j
+                if lane + WARP_SIZE * j < gk and c < K:
+                    codes[r, c] = POISON_CODE if inv != inv else encode(vals[j] * inv)
+            if lane == 0:
+                scale[r, t] = s
+                if write_codes:
+                    scale_codes[r, t] = code
+            w += cuda.gridsize(1) // WARP_SIZE
+
+    return tile_amax_kernel1, tile_cast_kernel1, tile_fused_kernel2
+
+
+def _make_row_kernel(fmt: str, mode: str):
+    encode = ENCODE[fmt]
+    group_scale = _make_group_scale(fmt, mode)
+
+    @cuda.jit
+    def row_kernel(x, codes, scale):
+        """One block per row (grid-stride): block_max over the row, then cast it."""
+        slots = cuda.shared.array(32, np.float32)
+        M, K = x.shape
+        r = cuda.blockIdx.x
+        while r < M:
+            m = _ZERO
+            c = cuda.threadIdx.x
+            while c < K:
+                m = nanmax(m, abs(x[r, c]))
+                c += cuda.blockDim.x
+            m = block_max(m, slots)  # every thread gets the row's amax
+            s, inv, _ = group_scale(m)
+            if cuda.threadIdx.x == 0:
+                scale[r, 0] = s
+            c = cuda.threadIdx.x
+            while c < K:
+                codes[r, c] = POISON_CODE if inv != inv else encode(x[r, c] * inv)
+                c += cuda.blockDim.x
+            r += cuda.gridDim.x
+
+    return row_kernel
+
+
+def _make_block_kernel(fmt: str, g: int, mode: str):
+    encode = ENCODE[fmt]
+    group_scale = _make_group_scale(fmt, mode)
+
+    @cuda.jit
+    def block_kernel(x, codes, scale):
+        """One thread block per g x g tile: warp w takes rows w, w + nwarps, ...; lanes take columns."""
+        slots = cuda.shared.array(32, np.float32)
+        M, K = x.shape
+        nbk = scale.shape[1]
+        lane = cuda.threadIdx.x % WARP_SIZE
+        warp = cuda.threadIdx.x // WARP_SIZE
+        nwarps = cuda.blockDim.x // WARP_SIZE
+        b = cuda.blockIdx.x
+        while b < scale.size:
+            r0 = (b // nbk) * g
+            c0 = (b % nbk) * g
+            r1 = min(r0 + g, M)
+            c1 = min(c0 + g, K)
+            m = _ZERO
+            r = r0 + warp
+            while r < r1:
+                c = c0 + lane
+                while c < c1:
+                    m = nanmax(m, abs(x[r, c]))
+                    c += WARP_SIZE
+                r += nwarps
+            m = block_max(m, slots)
+            s, inv, _ = group_scale(m)
+            if cuda.threadIdx.x == 0:
+                scale[b // nbk, b % nbk] = s
+            r = r0 + warp
+            while r < r1:
+                c = c0 + lane
+                while c < c1:
+                    codes[r, c] = POISON_CODE if inv != inv else encode(x[r, c] * inv)
+                    c += WARP_SIZE
+                r += nwarps
+            b += cuda.gridDim.x
+
+    return block_kernel
+
+
+def _make_dequantize_kernel(fmt: str):
+    decode = DECODE[fmt]
+
+    @cuda.jit
+    def dequantize_kernel(codes, scale, gm, gk, out):
+        """out[r, c] = decode(codes[r, c]) * scale[r // gm, c // gk] (float32), any granularity."""
+        K = codes.shape[1]
+        i = cuda.grid(1)
+        while i < codes.size:
+            r = i // K
+            c = i % K
+            out[r, c] = decode(codes[r, c]) * scale[r // gm, c // gk]
+            i += cuda.gridsize(1)
+
+    return dequantize_kernel
+
+
+def _make_requantize_kernel(fmt: str, g: int, mode: str):
+    encode = ENCODE[fmt]
+    decode = DECODE[fmt]
+    group_scale = _make_group_scale(fmt, mode)
+    pitch = g + 4  # one padding word per row of the shared tile: lanes write different banks (see below)
+
+    @cuda.jit
+    def requantize_kernel(codes, scale, codes_t, scale_t):
+        """Block of 32 threads = 32 columns k0..k0+31 x g rows m0..m0+g-1 of the (M, K) codes.
+
+        Thread `lane` owns column k = k0 + lane: it decodes its g values in registers (codes are bytes, so
+        it reads them twice instead of keeping a float32 copy), finds their amax, re-encodes them into a
+        shared tile [32][g+4] (row = column of x), then the block writes that tile to codes_t (K, M) row by
+        row, lanes on consecutive bytes: both the reads and the writes are coalesced. Without the 4 bytes of
+        padding, tile[lane, i] would put every lane in the same shared-memory bank (a 32-way conflict).
+        """
+        tile = cuda.shared.array((32, pitch), np.uint8)
+        M, K = codes.shape
+        ntm = scale_t.shape[1]
+        nkb = (K + 31) // 32
+        lane = cuda.threadIdx.x
+        b = cuda.blockIdx.x
+        while b < nkb * ntm:
+            k0 = (b % nkb) * 32
+            mt = b // nkb
+            m0 = mt * g
+            m1 = min(m0 + g, M)
+            k = k0 + lane
+            if k < K:
+                kt = k // g
+                m = _ZERO
+                for r in range(m0, m1):  # lanes read consecutive bytes of row r: coalesced
+                    m = nanmax(m, abs(decode(codes[r, k]) * scale[r, kt]))
+                s, inv, _ = group_scale(m)
+                scale_t[k, mt] = s
+                for r in range(m0, m1):
+                    v = decode(codes[r, k]) * scale[r, kt]
+                    tile[lane, r - m0] = POISON_CODE if inv != inv else encode(v * inv)
+            cuda.syncthreads()
+            for kk in range(32):  # row kk of the tile -> codes_t[k0 + kk, m0:m1]
+                if k0 + kk < K:
+                    i = lane
+                    while m0 + i < m1:
+                        codes_t[k0 + kk, m0 + i] = tile[kk, i]
+                        i += 32
+            cuda.syncthreads()  # the tile is reused by the next iteration
+            b += cuda.gridDim.x
+
+    return requantize_kernel
+
+
+_CACHE: dict = {}
+
+
+def _cached(key, make):
+    if key not in _CACHE:
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+def _tile_kernels(fmt, gk, mode):
+    return _cached(("tile", fmt, gk, mode), lambda: _make_tile_kernels(fmt, gk, mode))
+
+
+VERSIONS = {
+    1: "tile: two passes (amax kernel -> global scales, cast kernel)",
+    2: "tile: fused, one warp per 1x128 tile",
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Launchers: device arrays in, device arrays out (the caller allocates; quant.py does it for the public API)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def group_shape(granularity: str, shape, block: int = 128) -> tuple[int, int]:
+    """(rows, cols) of one group of an (M, K) array: row (1, K), tile (1, block), block (block, block), mx (1, 32)."""
+    M, K = shape
+    return {"row": (1, K), "tile": (1, block), "block": (block, block), "mx": (1, MX_GROUP)}[granularity]
+
+
+def scale_shape(granularity: str, shape, block: int = 128) -> tuple[int, int]:
+    """Shape of the scale array: one scale per group, groups along each dimension rounded up."""
+    gm, gk = group_shape(granularity, shape, block)
+    return (-(-shape[0] // gm), -(-shape[1] // gk))
+
+
+def _warp_grid(ngroups: int) -> tuple[int, int]:
+    threads = WARPS_PER_BLOCK * WARP_SIZE
+    return min(MAX_BLOCKS, -(-ngroups // WARPS_PER_BLOCK)), threads
+
+
+def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", version=2, inv_scale=None,
+                  scale_codes=None):
+    """x (M, K) float32 -> codes (M, K) uint8 and scale (M, ceil(K/block)) float32 (device arrays).
+
+    version 1 needs `inv_scale` (scratch, shape of scale) or allocates one. scale_codes: (shape of scale)
+    uint8, written for MX modes only.
+    """
+    amax_k, cast_k, fused_k = _tile_kernels(fmt, block, mode)
+    if scale_codes is None:
+        scale_codes = cuda.device_array((1, 1), np.uint8)  # unused unless an MX mode
+    if version == 1:
+        if inv_scale is None:
+            inv_scale = cuda.device_array(scale.shape, np.float32)
+        amax_k[_warp_grid(scale.size)](x, scale, inv_scale, scale_codes)
+        cast_k[runtime.grid_1d(x.size, ELEMENTWISE_THREADS, MAX_BLOCKS)](x, inv_scale, codes)
+    elif version == 2:
+        fused_k[_warp_grid(scale.size)](x, codes, scale, scale_codes)
+    else:
+        raise ValueError(f"version must be one of {tuple(VERSIONS)}, got {version!r}")
+
+
+def quantize_mx(x, codes, scale, scale_codes, *, fmt="e4m3", rule="floor"):
+    """x (M, K) -> codes, scale (M, ceil(K/32)) float32 powers of two, scale_codes (same shape) E8M0."""
+    quantize_tile(x, codes, scale, fmt=fmt, block=MX_GROUP, mode="mx_" + rule, version=2,
+                  scale_codes=scale_codes)
+
+
+def quantize_row(x, codes, scale, *, fmt="e4m3", mode="amax"):
+    """x (M, K) -> codes (M, K), scale (M, 1)."""
+    kernel = _cached(("row", fmt, mode), lambda: _make_row_kernel(fmt, mode))
+    kernel[min(MAX_BLOCKS, x.shape[0]), THREADS](x, codes, scale)
+
+
+def quantize_block(x, codes, scale, *, fmt="e4m3", block=128, mode="amax"):
+    """x (M, K) -> codes (M, K), scale (ceil(M/block), ceil(K/block))."""
+    kernel = _cached(("block", fmt, block, mode), lambda: _make_block_kernel(fmt, block, mode))
+    kernel[min(MAX_BLOCKS, scale.size), THREADS](x, codes, scale)
+
+
+def dequantize(codes, scale, gm: int, gk: int, out, *, fmt="e4m3") -> None:
+    """out (M, K) float32 = decode(codes) * scale[r // gm, c // gk] (device arrays)."""
+    kernel = _cached(("dequantize", fmt), lambda: _make_dequantize_kernel(fmt))
+    kernel[runtime.grid_1d(codes.size, ELEMENTWISE_THREADS, MAX_BLOCKS)](codes, scale, gm, gk, out)
+
+
+def requantize_tile_to_col(codes, scale, codes_t, scale_t, *, fmt="e4m3", block=128, mode="amax") -> None:
+    """1 x block tiles of x (M, K) -> block x 1 tiles, stored as x.T (K, M) with 1 x block tiles.
+
+    codes (M, K) uint8 and scale (M, ceil(K/block)): a tile-quantized x. Writes codes_t (K, M) uint8, the codes
+    of x.T, row-major, and scale_t (K, ceil(M/block)): scale_t[k, j] is the scale of x[j*block:(j+1)*block, k],
+    i.e. codes_t and scale_t ARE a tile-quantized x.T (granularity "tile"), the K-major layout a Wgrad GEMM
+    (dW = dY.T @ X) needs for its reduction over tokens. The dequantized values live only in registers; no
+    float32 copy of x is ever written to global memory.
+    """
+    kernel = _cached(("requantize", fmt, block, mode), lambda: _make_requantize_kernel(fmt, block, mode))
+    M, K = codes.shape
+    nblocks = -(-K // 32) * -(-M // block)
+    kernel[min(MAX_BLOCKS, nblocks), 32](codes, scale, codes_t, scale_t)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# NumPy reference: float32 arithmetic exactly as the kernels do it
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _group_amax(x: np.ndarray, gm: int, gk: int) -> np.ndarray:
+    """max |x| over each gm x gk group; partial groups at the edges cover the existing elements only
+    (zero padding cannot change a max of absolute values); NaN propagates."""
+    M, K = x.shape
+    Mp, Kp = -(-M // gm) * gm, -(-K // gk) * gk
+    a = np.zeros((Mp, Kp), np.float32)
+    a[:M, :K] = np.abs(x)
+    return a.reshape(Mp // gm, gm, Kp // gk, gk).max(axis=(1, 3))
+
+
+def _expand(s: np.ndarray, gm: int, gk: int, shape) -> np.ndarray:
+    """The per-group array s broadcast to every element of an array of `shape`."""
+    return np.repeat(np.repeat(s, gm, axis=0), gk, axis=1)[: shape[0], : shape[1]]
+
+
+def reference(x: np.ndarray, granularity: str, fmt: str = "e4m3", block: int = 128, mode: str = "amax"):
+    """NumPy spec: (codes, scale, scale_codes) for granularity row / tile / block / mx.
+
+    scale_codes are the E8M0 codes of the scales (formats.encode(scale, E8M0)); meaningful for mx.
+    For mx, `mode` must be "mx_floor" or "mx_ceil" and `block` is ignored (groups of 32).
+    """
+    x = np.asarray(x, dtype=np.float32)
+    gm, gk = group_shape(granularity, x.shape, block)
+    amax = _group_amax(x, gm, gk)
+    scale, inv, _ = _group_scale_ref(amax, fmt, mode)
+    inv_full = _expand(inv, gm, gk, x.shape)
+    with np.errstate(invalid="ignore"):
+        codes = formats.encode((x * inv_full).astype(np.float32), fmt=formats.get_format(fmt), saturate=True)
+    codes[np.isnan(inv_full)] = POISON_CODE
+    return codes, scale, formats.encode(scale, formats.E8M0)
+
+
+def reference_dequantize(codes, scale, gm: int, gk: int, fmt: str = "e4m3") -> np.ndarray:
+    return (formats.decode(codes, formats.get_format(fmt)) * _expand(scale, gm, gk, codes.shape)).astype(np.float32)
+
+
+def reference_requantize(codes, scale, fmt: str = "e4m3", block: int = 128, mode: str = "amax"):
+    """(codes_t (K, M), scale_t (K, ceil(M/block))): the tile reference applied to dequantize(codes).T."""
+    v = reference_dequantize(codes, scale, 1, block, fmt)
+    codes_t, scale_t, _ = reference(np.ascontiguousarray(v.T), "tile", fmt, block, mode)
+    return codes_t, scale_t
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# python -m fp8lab.kernels.quantize_fine: check every kernel, then time it
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    from .. import bench
+
+    M, K = (6, 300) if runtime.IS_SIM else (4096, 7168)
+    rng = np.random.default_rng()
+    x = rng.standard_normal((M, K), dtype=np.float32)
+    x[rng.random((M, K)) < 0.01] *= 50  # a few outliers, like LLM activations
+    dx = cuda.to_device(x)
+    ceiling = bench.copy_ceiling_gbs(x.nbytes)
+    rows = []
+
+    def check_and_time(label, granularity, mode, launch, outs, nbytes, block=128):
+        codes, scale, scodes = outs
+        codes.copy_to_device(np.full(x.shape, 0xA5, np.uint8))
+        scale.copy_to_device(np.full(scale.shape, np.nan, np.float32))
+        launch()
+        ref_codes, ref_scale, ref_scodes = reference(x, granularity, block=block, mode=mode)
+        bench.assert_codes_equal(label, codes.copy_to_host(), ref_codes)
+        assert (scale.copy_to_host() == ref_scale).all(), f"{label}: scales differ"
+        if scodes is not None:
+            bench.assert_codes_equal(f"{label} E8M0", scodes.copy_to_host(), ref_scodes)
+        ms = runtime.time_ms(launch)
+        rows.append([label, "ok", runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling)])
+
+    def outs(granularity, block=128, mx=False):
+        sh = scale_shape(granularity, x.shape, block)
+        return (cuda.device_array(x.shape, np.uint8), cuda.device_array(sh, np.float32),
+                cuda.device_array(sh, np.uint8) if mx else None)
+
+    once = x.nbytes + x.size  # read x once, write one byte per code (scales are < 1% more)
+    for v, desc in VERSIONS.items():
+        o = outs("tile")
+        nbytes = once + (x.nbytes if v == 1 else 0)
+        check_and_time(f"v{v} {desc}", "tile", "amax",
+                       lambda o=o, v=v: quantize_tile(dx, o[0], o[1], version=v), o, nbytes)
+    o = outs("row")
+    check_and_time("row: block per row, fused", "row", "amax", lambda: quantize_row(dx, o[0], o[1]), o, once)
+    o = outs("block")
+    check_and_time("block 128x128: block per tile, fused", "block", "amax",
+                   lambda: quantize_block(dx, o[0], o[1]), o, once)
+    for rule in ("floor", "ceil"):
+        o = outs("mx", mx=True)
+        check_and_time(f"mx ({rule}): warp per 32, E8M0 scales", "mx", "mx_" + rule,
+                       lambda o=o, rule=rule: quantize_mx(dx, o[0], o[1], o[2], rule=rule), o, once)
+    o = outs("tile")
+    check_and_time("tile, pow2 scales (v2)", "tile", "pow2",
+                   lambda: quantize_tile(dx, o[0], o[1], mode="pow2"), o, once)
+
+    # dequantize and requantize, from the tile codes
+    codes, scale, _ = reference(x, "tile")
+    dcodes, dscale = cuda.to_device(codes), cuda.to_device(scale)
+    out = bench.poisoned(x.shape, np.float32)
+    dequantize(dcodes, dscale, 1, 128, out)
+    ref = reference_dequantize(codes, scale, 1, 128)
+    assert np.array_equal(out.copy_to_host(), ref, equal_nan=True), "dequantize differs"
+    ms = runtime.time_ms(lambda: dequantize(dcodes, dscale, 1, 128, out))
+    nbytes = x.size + x.nbytes
+    rows.append(["dequantize (tile)", "ok", runtime.fmt_ms(ms), bench.gbs(nbytes, ms),
+                 bench.of_ceiling(nbytes, ms, ceiling)])
+    ct = cuda.to_device(np.full((K, M), 0xA5, np.uint8))
+    st = bench.poisoned((K, -(-M // 128)), np.float32)
+    requantize_tile_to_col(dcodes, dscale, ct, st)
+    ref_ct, ref_st = reference_requantize(codes, scale)
+    bench.assert_codes_equal("requantize", ct.copy_to_host(), ref_ct)
+    assert (st.copy_to_host() == ref_st).all(), "requantize: scales differ"
+    ms = runtime.time_ms(lambda: requantize_tile_to_col(dcodes, dscale, ct, st))
+    nbytes = 2 * x.size
+    rows.append(["requantize 1x128 -> 128x1 (x.T)", "ok", runtime.fmt_ms(ms), bench.gbs(nbytes, ms),
+                 bench.of_ceiling(nbytes, ms, ceiling)])
+
+    torch = bench.torch_cuda()
+    if torch is not None and K % 128 == 0:  # DeepGEMM's per_token_cast_to_fp8, with our AMAX_FLOOR
+        tx = torch.from_numpy(x).cuda()
+
+        def torch_tile():
+            xv = tx.view(M, -1, 128)
+            amax = xv.abs().amax(dim=2, keepdim=True).clamp(min=float(AMAX_FLOOR))
+            return (xv * (448.0 / amax)).clamp(-448, 448).to(torch.float8_e4m3fn).view(M, K), amax / 448.0
+
+        ref_codes = reference(x, "tile")[0]
+        ok = "ok" if (torch_tile()[0].view(torch.uint8).cpu().numpy() == ref_codes).all() else "differs"
+        ms = bench.torch_time_ms(torch, torch_tile)
+        rows.append(["torch: per_token_cast_to_fp8 (DeepGEMM)", ok, runtime.fmt_ms(ms), bench.gbs(once, ms),
+                     bench.of_ceiling(once, ms, ceiling)])
+    bench.print_table(
+        f"fine-grained E4M3 quantize, x ({M}, {K}) ({runtime.backend}); copy ceiling "
+        f"{'-' if ceiling is None else f'{ceiling:,.0f} GB/s'}",
+        ["kernel", "check", "time", "GB/s", "of copy"],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()
