@@ -9,7 +9,8 @@ from __future__ import annotations
 from .runtime import backend  # first: selects the backend before numba.cuda is imported
 
 from .formats import E4M3, E5M2, E8M0, decode, encode  # noqa: E402
-from .quant import QuantizedTensor, dequantize, fp8_gemm, quantize, requantize_tile_to_col  # noqa: E402
+from .kernels.fp8_gemm import fp8_gemm  # noqa: E402
+from .quant import QuantizedTensor, dequantize, quantize, requantize_tile_to_col  # noqa: E402
 from .scaling import DelayedScaling  # noqa: E402
 from .training import RECIPES, History, TrainingDiverged, train  # noqa: E402
 

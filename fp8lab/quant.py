@@ -1,5 +1,5 @@
-"""Public quantization API: `quantize`, `dequantize`, `QuantizedTensor`, `requantize_tile_to_col`, and
-`fp8_gemm` on them.
+"""Public quantization API: `quantize`, `dequantize`, `QuantizedTensor`, `requantize_tile_to_col`.
+(`fp8_gemm` on QuantizedTensors lives in kernels/fp8_gemm.py.)
 
 Granularity "tensor" (one current scale per tensor) is implemented by the kernels in kernels/quantize.py; the
 fine-grained ones (row, 1x128 tile, 128x128 block, MX groups of 32) by kernels/quantize_fine.py, whose module
@@ -15,7 +15,6 @@ import numpy as np
 
 from . import _validate as V
 from . import formats, runtime
-from .kernels import gemm_nt
 from .kernels import quantize as qk
 from .kernels import quantize_fine as qf
 
@@ -193,31 +192,3 @@ def requantize_tile_to_col(q: QuantizedTensor, pow2_scale: bool = False) -> Quan
     if on_device:
         return QuantizedTensor(codes_t, scale_t, q.fmt, "tile", q.block)
     return QuantizedTensor(codes_t.copy_to_host(), scale_t.copy_to_host(), q.fmt, "tile", q.block)
-
-
-def fp8_gemm(qa: QuantizedTensor, qb: QuantizedTensor, out=None, version: int | None = None):
-    """y = dequant(qa) @ dequant(qb).T in float32: qa (M, K), qb (N, K), the Linear-layer "NT" layout.
-
-    The scales are applied to each FP32 sum inside the kernel (matrices are never dequantized in global
-    memory). Per-tensor E4M3 inputs for now. `out`: optional float32 (M, N) device array to write into.
-    """
-    for name, q in (("qa", qa), ("qb", qb)):
-        _check_quantized(name, q)
-        if q.fmt != "e4m3" or q.granularity != "tensor":
-            raise ValueError(f"{name} must be E4M3 with granularity 'tensor', got {q.fmt!r}/{q.granularity!r}")
-        V.array(f"{name}.data", q.data, dtype=np.uint8, ndim=2)
-    (M, K), (N, K2) = qa.shape, qb.shape
-    if K != K2:
-        raise ValueError(f"qa and qb must share K (the second dimension): got qa {qa.shape}, qb {qb.shape}")
-    version = gemm_nt.BEST if version is None else version
-    V.choice("version", str(version), tuple(str(v) for v in gemm_nt.VERSIONS))
-    on_device = V.is_device_array(qa.data)
-    if out is None:
-        y = runtime.cuda.device_array((M, N), np.float32)
-    else:
-        y = V.array("out", out, dtype=np.float32, shape=(M, N))
-        if not V.is_device_array(y):
-            raise TypeError(f"out must be a device array, got {V.describe(out)}")
-    gemm_nt.launch(V.to_device(qa.data), V.to_device(qa.scale), V.to_device(qb.data), V.to_device(qb.scale),
-                   y, version)
-    return y if (on_device or out is not None) else y.copy_to_host()

@@ -1,0 +1,607 @@
+"""FP8 GEMM with fine-grained scales, NT layout: y[m, n] = sum_k dequant(qa)[m, k] * dequant(qb)[n, k], float32.
+
+qa: (M, K) E4M3/E5M2 codes with 1 x 128 tile scales (M, ceil(K/128)) (DeepSeek-V3's activations) or one
+per-tensor scale (1,); qb: (N, K) codes with 128 x 128 block scales (ceil(N/128), ceil(K/128)) (a Linear
+weight stored (out, in)) or per-tensor. Either operand may also carry the other fine granularity (tile for
+qb, block for qa): the kernel only asks, for a row r and a K-group g, which scale applies. `scale` is the
+dequantization factor: x ~= decode(code) * scale. This is DeepGEMM's `gemm_fp8_fp8_bf16_nt` contract with a
+float32 output.
+
+The scales are applied inside the K loop, once per K-group of 128, to the FP32 partial sum of that group:
+
+    acc = 0
+    for each K-group g of 128:      partial = sum_{k in g} decode(a[m, k]) * decode(b[n, k])   (k order)
+                                    acc += partial * (sa[row(m), g] * sb[row(n), g])
+    y[m, n] = acc
+
+The scale changes from one group to the next, so it cannot be pulled out of the K sum (as a per-tensor scale
+can); dequantizing whole matrices into global memory first would triple the bytes read. This is also where
+DeepSeek's promotion happens: the tensor cores produce each group's partial sum, the CUDA cores scale it and
+add it in FP32.
+
+version 1: one thread per output, looping over K-groups, codes read from global memory and decoded through
+           a 256-entry table.
+version 2: TILE x TILE outputs per block; BLOCK_K = 128 steps: the (TILE, 128) slices of a and b are decoded
+           once into shared memory (b padded to 129 columns: no bank conflicts), the scales of the group into
+           shared memory, then each thread sums its 128 products and applies its two scales.
+
+accum_bits / promote_every (kernel options, compiled in): emulate the limited-precision tensor-core
+accumulator of fp8lab/accum.py instead of FP32: k in groups of 32, each group's products and the running
+accumulator aligned to the largest exponent, truncated to accum_bits mantissa bits, added exactly, the sum
+truncated to accum_bits; every promote_every elements of K the limited sum is multiplied by the group's scales
+and added to the FP32 accumulator (DeepSeek: N_C = 128). Integer and bit manipulation is done with
+math.frexp / math.ldexp / math.floor and int64 sums, as in fp8lab/formats.py (no libdevice bit tricks, so it
+runs in the simulator). With tile/block scales the partial sum has to be promoted at least at every 128-group
+boundary (that is where its scale is applied), so promote_every must divide 128 and None means 128; with two
+per-tensor operands promote_every may be None (no promotion: one limited sum over all of K) or any multiple
+of 32.
+
+Shapes that are not multiples of 128 (or of TILE): the last K-group covers only the existing k (version 2
+pads its shared tiles with zeros, and zero products change neither an FP32 sum nor the limited accumulator:
+zeros take no part in choosing the alignment exponent); rows past M or N are neither read nor written.
+
+Exactness. Products of two FP8 values are exact in float32, so a fused multiply-add gives the same bits as a
+multiply then an add inside each group, and both versions sum in the same k order: under the simulator both
+are bit-exact with `reference`. On a GPU the compiler may contract `acc + partial * s` into one FMA (one
+rounding instead of two), so GPU results differ from `reference` by at most about one float32 rounding per
+K-group; `reference64` is the float64 value the tests bound the error against.
+
+NaN/Inf codes propagate through the FP32 path; the limited-accumulator emulation does not model them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _validate as V
+from .. import accum, formats, runtime
+from ..runtime import cuda
+
+GROUP_K = 128  # K elements per scale group (DeepSeek's 1 x 128 tiles, 128 x 128 blocks) = BLOCK_K of version 2
+ALIGN = accum.GROUP  # products per alignment group of the limited accumulator (32)
+BLOCK_K = GROUP_K
+BLOCK_K_PAD = BLOCK_K + 1  # shared b tile row length: column reads by TILE threads hit TILE different banks
+TILE = runtime.sizes("gemm_tile")  # outputs per block side: 16 on a GPU, 8 under the simulator
+GRANULARITIES = ("tensor", "tile", "block")
+FMTS = ("e4m3", "e5m2")
+_KIND = {"tensor": 0, "tile": 1, "block": 2}
+_ZERO_EXP = -(1 << 20)
+
+VERSIONS = {
+    1: "one thread per output, K-groups of 128 from global memory",
+    2: "TILE x TILE shared-memory tiles, BLOCK_K = 128 steps, scales per tile in shared memory",
+}
+BEST = 2
+
+_F0 = np.float32(0.0)
+# math.ldexp's exponent: numba-cuda types it int32 (__nv_ldexpf); Python's math.ldexp (the simulator) wants an int
+_EXP_INT = int if runtime.IS_SIM else np.int32
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Device functions: the limited accumulator (bit-exact with fp8lab.accum)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def _exponent(x):
+    """frexp exponent of x (x = m * 2^e, 0.5 <= |m| < 1); _ZERO_EXP for 0."""
+    if x == 0:
+        return _ZERO_EXP
+    m, e = math.frexp(x)
+    return e
+
+
+@cuda.jit(device=True)
+def _aligned(x, sh):
+    """trunc(x * 2^sh) toward zero, as an int64 (|x * 2^sh| < 2^24 here: exact)."""
+    v = math.ldexp(x, _EXP_INT(sh))
+    f = int(math.floor(abs(v)))
+    return -f if x < 0 else f
+
+
+@cuda.jit(device=True)
+def _normalize(t, sh, bits):
+    """float32 value of t * 2^-sh (t an int64 sum of aligned terms) truncated toward zero to `bits` bits."""
+    if t == 0:
+        return _F0
+    u = -t if t < 0 else t
+    m, length = math.frexp(np.float64(u))  # bit length of u (exact: u < 2^30)
+    drop = length - (bits + 1)
+    if drop > 0:
+        u = u >> drop
+    else:
+        drop = 0
+    v = np.float32(math.ldexp(np.float32(u), _EXP_INT(drop - sh)))  # u < 2^24: exact in float32
+    return -v if t < 0 else v
+
+
+@cuda.jit(device=True)
+def _limited_group_global(lim, a, m, b, n, luta, lutb, k0, k1, bits):
+    """One alignment group k0..k1-1 of the limited accumulator, operands from global memory."""
+    E = _exponent(lim)
+    for k in range(k0, k1):
+        p = luta[a[m, k]] * lutb[b[n, k]]
+        if p != 0:
+            E = max(E, _exponent(p))
+    if E == _ZERO_EXP:
+        return lim
+    sh = bits + 1 - E
+    t = _aligned(lim, sh)
+    for k in range(k0, k1):
+        t += _aligned(luta[a[m, k]] * lutb[b[n, k]], sh)
+    return _normalize(t, sh, bits)
+
+
+@cuda.jit(device=True)
+def _limited_group_shared(lim, ta, i, tb, j, kk0, bits):
+    """One alignment group of ALIGN products from the shared tiles ta[i, kk0:], tb[j, kk0:] (zero padded)."""
+    E = _exponent(lim)
+    for kk in range(kk0, kk0 + ALIGN):
+        p = ta[i, kk] * tb[j, kk]
+        if p != 0:
+            E = max(E, _exponent(p))
+    if E == _ZERO_EXP:
+        return lim
+    sh = bits + 1 - E
+    t = _aligned(lim, sh)
+    for kk in range(kk0, kk0 + ALIGN):
+        t += _aligned(ta[i, kk] * tb[j, kk], sh)
+    return _normalize(t, sh, bits)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Kernels, compiled per (operand granularities, accum_bits, promote_every): those are compile-time constants
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _make_kernels(a_kind: int, b_kind: int, bits: int, promote: int):
+    """bits < 0: FP32 accumulation; promote 0: never (only with two per-tensor operands)."""
+
+    @cuda.jit(device=True)
+    def group_scale(sa, sb, m, n, g):
+        # row(m): 0 per tensor, m for 1 x 128 tiles, m // 128 for 128 x 128 blocks; column g (0 per tensor)
+        ra = 0 if a_kind == 0 else (m if a_kind == 1 else m // GROUP_K)
+        ca = 0 if a_kind == 0 else g
+        rb = 0 if b_kind == 0 else (n if b_kind == 1 else n // GROUP_K)
+        cb = 0 if b_kind == 0 else g
+        return sa[ra, ca] * sb[rb, cb]
+
+    @cuda.jit
+    def fp8_gemm_kernel1(a, sa, b, sb, luta, lutb, c):
+        n, m = cuda.grid(2)
+        M, K = a.shape
+        N = b.shape[0]
+        if m < M and n < N:
+            acc = _F0
+            if bits < 0:
+                for k0 in range(0, K, GROUP_K):
+                    partial = _F0
+                    for k in range(k0, min(k0 + GROUP_K, K)):
+                        partial += luta[a[m, k]] * lutb[b[n, k]]
+                    acc += partial * group_scale(sa, sb, m, n, k0 // GROUP_K)
+            else:
+                lim = _F0
+                for k0 in range(0, K, ALIGN):
+                    lim = _limited_group_global(lim, a, m, b, n, luta, lutb, k0, min(k0 + ALIGN, K), bits)
+                    if promote > 0 and (k0 + ALIGN) % promote == 0:  # DeepSeek's promotion to FP32
+                        acc += lim * group_scale(sa, sb, m, n, k0 // GROUP_K)
+                        lim = _F0
+                acc += lim * group_scale(sa, sb, m, n, (K - 1) // GROUP_K)  # the rest (0 if just promoted)
+            c[m, n] = acc
+
+    @cuda.jit
+    def fp8_gemm_kernel2(a, sa, b, sb, luta, lutb, c):
+        ta = cuda.shared.array((TILE, BLOCK_K), np.float32)  # decoded a[m0:m0+TILE, k0:k0+128]
+        tb = cuda.shared.array((TILE, BLOCK_K_PAD), np.float32)  # decoded b rows, padded: conflict-free
+        tla = cuda.shared.array(256, np.float32)  # decode tables
+        tlb = cuda.shared.array(256, np.float32)
+        ssa = cuda.shared.array(TILE, np.float32)  # this K-group's scales of the block's a rows
+        ssb = cuda.shared.array(TILE, np.float32)  # ... and of its b rows
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tid = ty * TILE + tx
+        m0 = cuda.blockIdx.y * TILE
+        n0 = cuda.blockIdx.x * TILE
+        m = m0 + ty
+        n = n0 + tx
+        M, K = a.shape
+        N = b.shape[0]
+        for i in range(tid, 256, TILE * TILE):
+            tla[i] = luta[i]
+            tlb[i] = lutb[i]
+        cuda.syncthreads()
+        acc = _F0
+        lim = _F0
+        for k0 in range(0, K, BLOCK_K):
+            g = k0 // GROUP_K
+            for i in range(tid, TILE * BLOCK_K, TILE * TILE):  # consecutive threads, consecutive k: coalesced
+                r = i // BLOCK_K
+                kk = i - r * BLOCK_K
+                k = k0 + kk
+                va = _F0
+                vb = _F0
+                if k < K and m0 + r < M:
+                    va = tla[a[m0 + r, k]]
+                if k < K and n0 + r < N:
+                    vb = tlb[b[n0 + r, k]]
+                ta[r, kk] = va
+                tb[r, kk] = vb
+            if ty == 0:  # scales of the group, one per row of the tile (clamped rows are never used)
+                r = min(m0 + tx, M - 1)
+                ssa[tx] = sa[0 if a_kind == 0 else (r if a_kind == 1 else r // GROUP_K), 0 if a_kind == 0 else g]
+            if ty == 1 or TILE == 1:
+                r = min(n0 + tx, N - 1)
+                ssb[tx] = sb[0 if b_kind == 0 else (r if b_kind == 1 else r // GROUP_K), 0 if b_kind == 0 else g]
+            cuda.syncthreads()
+            s = ssa[ty] * ssb[tx]
+            if bits < 0:
+                partial = _F0
+                for kk in range(BLOCK_K):
+                    partial += ta[ty, kk] * tb[tx, kk]
+                acc += partial * s
+            else:
+                for kk0 in range(0, BLOCK_K, ALIGN):
+                    lim = _limited_group_shared(lim, ta, ty, tb, tx, kk0, bits)
+                    if promote > 0 and (k0 + kk0 + ALIGN) % promote == 0:
+                        acc += lim * s
+                        lim = _F0
+                if k0 + BLOCK_K >= K:  # the last tile: promote the rest (0 if just promoted)
+                    acc += lim * s
+            cuda.syncthreads()
+        if m < M and n < N:
+            c[m, n] = acc
+
+    return {1: fp8_gemm_kernel1, 2: fp8_gemm_kernel2}
+
+
+_KERNELS: dict = {}
+_LUTS: dict = {}
+
+
+def kernels(a_kind: int, b_kind: int, bits: int, promote: int) -> dict:
+    key = (a_kind, b_kind, bits, promote)
+    if key not in _KERNELS:
+        _KERNELS[key] = _make_kernels(*key)
+    return _KERNELS[key]
+
+
+def _lut(fmt: str):
+    if fmt not in _LUTS:
+        _LUTS[fmt] = cuda.to_device(formats.value_table(fmt))
+    return _LUTS[fmt]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Host side: validation, launch, NumPy reference
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def scale_shape(granularity: str, rows: int, K: int) -> tuple:
+    nk = -(-K // GROUP_K)
+    return {"tensor": (1,), "tile": (rows, nk), "block": (-(-rows // GROUP_K), nk)}[granularity]
+
+
+def _check_operand(name: str, q):
+    for attr in ("data", "scale", "granularity", "fmt"):
+        if not hasattr(q, attr):
+            raise TypeError(f"{name} must be a QuantizedTensor (attributes data, scale, granularity, fmt), "
+                            f"got {V.describe(q)} without .{attr}")
+    V.choice(f"{name}.granularity", q.granularity, GRANULARITIES)
+    fmt = formats.get_format(q.fmt).name
+    if fmt not in FMTS:
+        raise ValueError(f"{name}.fmt must be one of {FMTS}, got {q.fmt!r}")
+    block = getattr(q, "block", None)
+    if q.granularity != "tensor" and block not in (None, GROUP_K):
+        raise ValueError(f"{name}.block must be {GROUP_K} for granularity {q.granularity!r} (the kernel's K-group), "
+                         f"got {block!r}")
+    data = V.array(f"{name}.data", q.data, dtype=np.uint8, ndim=2)
+    rows, K = data.shape
+    scale = V.array(f"{name}.scale", q.scale, dtype=np.float32, shape=scale_shape(q.granularity, rows, K))
+    return data, scale, fmt
+
+
+def _check_options(accum_bits, promote_every, fine: bool):
+    bits = accum._check_bits(accum_bits)
+    _, promote = accum._check_group_promote(ALIGN, promote_every)
+    if bits is None:
+        if promote is not None:
+            raise ValueError(f"promote_every needs accum_bits (the limited accumulator it promotes), got "
+                             f"promote_every={promote} with accum_bits=None")
+        return -1, 0
+    if fine:
+        if promote is None:
+            promote = GROUP_K
+        if GROUP_K % promote:
+            raise ValueError(f"promote_every must divide {GROUP_K} with tile/block scales (each partial sum is "
+                             f"scaled per {GROUP_K}-group), got {promote}")
+    return bits, 0 if promote is None else promote
+
+
+def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None):
+    """y = dequant(qa) @ dequant(qb).T, float32 (M, N), scales applied per K-group of 128 inside the kernel.
+
+    qa: (M, K) codes, granularity "tile" (scale (M, ceil(K/128))) or "tensor" (scale (1,)); qb: (N, K) codes,
+    "block" (scale (ceil(N/128), ceil(K/128))) or "tensor" ("block" for qa and "tile" for qb work too). Any
+    object with .data (uint8), .scale (float32), .granularity and .fmt ('e4m3' or 'e5m2') will do, e.g.
+    fp8lab.QuantizedTensor; NumPy or device arrays.
+    accum_bits: None = FP32 accumulation; 1..23 = emulate a tensor-core accumulator with that many mantissa
+    bits (13 = Hopper's FP22, see fp8lab.accum). promote_every: multiple of 32; None = 128 with tile/block
+    scales, no promotion with per-tensor scales. out: optional float32 (M, N) device array.
+    version: 1 or 2 (None: the best). Returns a NumPy array for NumPy inputs, else the device array.
+    """
+    da, dsa, fa = _check_operand("qa", qa)
+    db, dsb, fb = _check_operand("qb", qb)
+    (M, K), (N, K2) = da.shape, db.shape
+    if K != K2:
+        raise ValueError(f"qa and qb must share K (their second dimension): got qa.data {da.shape}, "
+                         f"qb.data {db.shape}")
+    fine = qa.granularity != "tensor" or qb.granularity != "tensor"
+    bits, promote = _check_options(accum_bits, promote_every, fine)
+    version = BEST if version is None else version
+    if version not in VERSIONS or isinstance(version, bool):
+        raise ValueError(f"version must be one of {tuple(VERSIONS)} or None, got {version!r}")
+    if out is None:
+        y = cuda.device_array((M, N), np.float32)
+    else:
+        y = V.array("out", out, dtype=np.float32, shape=(M, N))
+        if not V.is_device_array(y):
+            raise TypeError(f"out must be a device array, got {V.describe(out)}")
+    launch(V.to_device(da), V.to_device(dsa), V.to_device(db), V.to_device(dsb), y, _KIND[qa.granularity],
+           _KIND[qb.granularity], fa, fb, bits, promote, version)
+    on_device = V.is_device_array(qa.data)
+    return y if (on_device or out is not None) else y.copy_to_host()
+
+
+def launch(a, sa, b, sb, out, a_kind, b_kind, fmt_a="e4m3", fmt_b="e4m3", bits=-1, promote=0, version=BEST):
+    """Launch on device arrays (no checks): a_kind/b_kind 0 tensor, 1 tile, 2 block; bits -1 = FP32."""
+    M, N = out.shape
+    sa2 = sa.reshape(1, 1) if a_kind == 0 else sa  # per-tensor scales as (1, 1): one indexing scheme
+    sb2 = sb.reshape(1, 1) if b_kind == 0 else sb
+    k = kernels(a_kind, b_kind, bits, promote)[version]
+    grid = ((N + TILE - 1) // TILE, (M + TILE - 1) // TILE)
+    k[grid, (TILE, TILE)](a, sa2, b, sb2, _lut(fmt_a), _lut(fmt_b), out)
+
+
+def _expanded_scales(q, rows: int, K: int) -> np.ndarray:
+    """(rows, ceil(K/128)) float32: the scale of every (row, K-group)."""
+    s = np.asarray(V.to_host(q.scale), np.float32)
+    nk = -(-K // GROUP_K)
+    if q.granularity == "tensor":
+        return np.full((rows, nk), s.reshape(-1)[0], np.float32)
+    if q.granularity == "tile":
+        return s
+    return np.repeat(s, GROUP_K, axis=0)[:rows]
+
+
+def _decoded(name, q):
+    data, _, fmt = _check_operand(name, q)
+    return formats.decode(V.to_host(data), fmt)
+
+
+def reference(qa, qb, accum_bits=None, promote_every=None) -> np.ndarray:
+    """NumPy spec, float32 (M, N): the kernels' arithmetic in their order (bit-exact under the simulator).
+
+    FP32: per K-group g, partial = float32 sum of the products in k order; acc = acc + partial * (sa * sb).
+    Limited (accum_bits): the fp8lab.accum model, groups of 32, promotion as in `fp8_gemm`.
+    """
+    A, B = _decoded("qa", qa), _decoded("qb", qb)
+    M, K = A.shape
+    N = B.shape[0]
+    if B.shape[1] != K:
+        raise ValueError(f"qa and qb must share K: got {A.shape} and {B.shape}")
+    fine = qa.granularity != "tensor" or qb.granularity != "tensor"
+    bits, promote = _check_options(accum_bits, promote_every, fine)
+    SA, SB = _expanded_scales(qa, M, K), _expanded_scales(qb, N, K)
+
+    def s(g):
+        return np.outer(SA[:, g], SB[:, g])  # float32 sa * sb, one rounding, as in the kernel
+
+    acc = np.zeros((M, N), np.float32)
+    if bits < 0:
+        for k0 in range(0, K, GROUP_K):
+            partial = np.zeros((M, N), np.float32)
+            for k in range(k0, min(k0 + GROUP_K, K)):
+                partial = partial + np.outer(A[:, k], B[:, k])
+            acc = acc + partial * s(k0 // GROUP_K)
+        return acc
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    lim = np.zeros((M, N))
+    for k0 in range(0, K, ALIGN):
+        lim = accum._limited_step(lim, A64[:, None, k0:k0 + ALIGN] * B64[None, :, k0:k0 + ALIGN], bits)
+        if promote and (k0 + ALIGN) % promote == 0:
+            acc = acc + lim.astype(np.float32) * s(k0 // GROUP_K)
+            lim = np.zeros_like(lim)
+    return acc + lim.astype(np.float32) * s((K - 1) // GROUP_K)
+
+
+def reference64(qa, qb) -> np.ndarray:
+    """float64 dequant(qa) @ dequant(qb).T: the exact value (up to float64 rounding) the errors are measured from."""
+    A, B = _decoded("qa", qa), _decoded("qb", qb)
+    M, K = A.shape
+    N = B.shape[0]
+    SA = np.repeat(_expanded_scales(qa, M, K), GROUP_K, axis=1)[:, :K].astype(np.float64)
+    SB = np.repeat(_expanded_scales(qb, N, K), GROUP_K, axis=1)[:, :K].astype(np.float64)
+    return (A.astype(np.float64) * SA) @ (B.astype(np.float64) * SB).T
+
+
+def abs_product(qa, qb) -> np.ndarray:
+    """float64 sum_k |dequant(qa)[m, k] * dequant(qb)[n, k]|: the scale of every rounding error of the sum."""
+    A, B = _decoded("qa", qa), _decoded("qb", qb)
+    M, K = A.shape
+    N = B.shape[0]
+    SA = np.repeat(_expanded_scales(qa, M, K), GROUP_K, axis=1)[:, :K].astype(np.float64)
+    SB = np.repeat(_expanded_scales(qb, N, K), GROUP_K, axis=1)[:, :K].astype(np.float64)
+    return np.abs(A * SA) @ np.abs(B * SB).T
+
+
+def error_bound(qa, qb) -> np.ndarray:
+    """|y - reference64| bound for FP32 accumulation in any grouping: (K + 2) * 2^-23 * abs_product (at most
+    K additions and K/128 scale steps, each one float32 rounding of relative size <= 2^-24 of a partial sum
+    bounded by abs_product, doubled for slack)."""
+    K = _decoded("qa", qa).shape[1]
+    return (K + 2) * 2.0**-23 * abs_product(qa, qb) + 1e-30
+
+
+def fma_tolerance(qa, qb) -> np.ndarray:
+    """|y - reference| allowed on a GPU, where `acc + partial * s` may be one FMA: one float32 rounding of a
+    value bounded by abs_product per K-group (plus two for slack). 0 under the simulator."""
+    if runtime.IS_SIM:
+        return np.zeros(1)
+    K = _decoded("qa", qa).shape[1]
+    return 2.0**-23 * (K // GROUP_K + 2) * abs_product(qa, qb) + 1e-30
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# python -m fp8lab.kernels.fp8_gemm
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class _Q:  # a minimal QuantizedTensor for main() (fp8lab.quant may not have fine granularities yet)
+    def __init__(self, data, scale, granularity, fmt="e4m3", block=GROUP_K):
+        self.data, self.scale, self.granularity, self.fmt, self.block = data, scale, granularity, fmt, block
+
+
+def quantize_block_ref(x, block: int = GROUP_K):
+    """NumPy block x block quantization to E4M3: (codes, scale (ceil(R/block), ceil(K/block))), float32
+    arithmetic (inv = 448 / amax, codes = encode(x * inv), scale = amax / 448, amax floored at 1e-12)."""
+    x = np.asarray(x, np.float32)
+    R, K = x.shape
+    nr, nk = -(-R // block), -(-K // block)
+    pad = np.zeros((nr * block, nk * block), np.float32)
+    pad[:R, :K] = np.abs(x)
+    amax = np.maximum(pad.reshape(nr, block, nk, block).max(axis=(1, 3)), np.float32(1e-12)).astype(np.float32)
+    inv = (accum.FP8_MAX / amax).astype(np.float32)
+    full = np.repeat(np.repeat(inv, block, axis=0), block, axis=1)[:R, :K]
+    return formats.encode((x * full).astype(np.float32)), (amax / accum.FP8_MAX).astype(np.float32)
+
+
+def _random_operands(rng, M, N, K):
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((N, K), dtype=np.float32)
+    ca, sa = accum.quantize_tiles(a)
+    cb, sb = quantize_block_ref(b)
+    return _Q(ca, sa, "tile"), _Q(cb, sb, "block")
+
+
+def _check_all(rng, M, N, K) -> list:
+    """Every version, FP32 and limited accumulation, against the references; returns table rows.
+
+    FP32: against reference64 within error_bound, and (simulator) bit for bit against `reference`. Limited
+    accumulation: against `reference` (the NumPy model is slow, so on a GPU on a corner of at most 96 x 96:
+    the outputs of a GEMM do not depend on each other)."""
+    from .. import bench
+
+    rows = []
+    for accum_bits, promote in ((None, None), (13, 128), (13, 32)):
+        m, n = (M, N) if (runtime.IS_SIM or accum_bits is None) else (min(M, 96), min(N, 96))
+        qa, qb = _random_operands(rng, m, n, K)
+        da = _Q(cuda.to_device(qa.data), cuda.to_device(qa.scale), "tile")
+        db = _Q(cuda.to_device(qb.data), cuda.to_device(qb.scale), "block")
+        ref64 = reference64(qa, qb)
+        ref = reference(qa, qb, accum_bits, promote) if (runtime.IS_SIM or accum_bits is not None) else None
+        for v in VERSIONS:
+            out = bench.poisoned((m, n), np.float32)
+            fp8_gemm(da, db, accum_bits, promote, out=out, version=v)
+            got = out.copy_to_host()
+            label = f"v{v} {m}x{n}x{K} accum_bits={accum_bits} promote_every={promote}"
+            if np.isnan(got).any():
+                raise AssertionError(f"{label}: NaN in the output (an element was not written)")
+            if accum_bits is None:
+                err = np.abs(got.astype(np.float64) - ref64)
+                if not (err <= error_bound(qa, qb)).all():
+                    raise AssertionError(f"{label}: error {err.max():.3g} above the FP32 bound")
+            if ref is not None:
+                # simulator: bit-exact; GPU: `acc + partial * s` may be one FMA: ~1 rounding per K-group
+                err = np.abs(got.astype(np.float64) - ref)
+                if not (err <= fma_tolerance(qa, qb)).all():
+                    raise AssertionError(f"{label}: differs from reference by up to {err.max():.3g}")
+            how = "bit-exact" if runtime.IS_SIM else ("ok (FP32 bound)" if ref is None else "ok (FMA tolerance)")
+            rel = np.abs(got - ref64) / np.abs(ref64)
+            rows.append([label, how, f"{rel.max():.2e} / {np.median(rel):.2e}"])
+    return rows
+
+
+def _torch_fast_accum_stats(torch, rng, ks, M=256, N=256):
+    """Max/mean relative error of torch._scaled_mm (fast accum on/off) vs float64 on the same FP8 inputs,
+    next to the emulator's FP22 model with and without promotion (on a 64 x 64 corner)."""
+    rows = []
+    for K in ks:
+        a = rng.random((M, K), dtype=np.float32)  # positive inputs, as error_vs_k's "uniform"
+        b = rng.random((N, K), dtype=np.float32)
+        ca = formats.encode(a * np.float32(448))
+        cb = formats.encode(b * np.float32(448))
+        A, B = formats.decode(ca), formats.decode(cb)
+        exact = A.astype(np.float64) @ B.astype(np.float64).T
+        ta = torch.from_numpy(ca).cuda().view(torch.float8_e4m3fn)
+        tb = torch.from_numpy(cb).cuda().view(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda")
+        res = {}
+        for fast in (True, False):
+            y = torch._scaled_mm(ta, tb.t(), one, one, out_dtype=torch.float32, use_fast_accum=fast)
+            res[fast] = np.abs(y.cpu().numpy().astype(np.float64) - exact) / np.abs(exact)
+        c = slice(0, 64)
+        emu = {}
+        for lab, p in (("FP22", None), ("FP22+promote128", 128)):
+            y = accum.dot_limited(A[c], B[c], 13, promote_every=p)
+            emu[lab] = np.abs(y - exact[c, c]) / np.abs(exact[c, c])
+        rows.append([K] + [f"{r.max():.2e} / {r.mean():.2e}" for r in (res[True], res[False], emu["FP22"],
+                                                                        emu["FP22+promote128"])])
+    return rows
+
+
+def main() -> None:  # python -m fp8lab.kernels.fp8_gemm
+    from .. import bench
+
+    rng = np.random.default_rng()
+    M, N, K = (5, 9, 300) if runtime.IS_SIM else (1000, 777, 1111)
+    bench.print_table(f"fp8_gemm checks, {M}x{N}x{K}, tile x block scales ({runtime.backend})",
+                      ["version / options", "check", "rel. err vs float64: max / median"], _check_all(rng, M, N, K))
+
+    torch = bench.torch_cuda()
+    shapes = [(4096, 4096, 4096), (4096, 7168, 16384)]
+    rows = []
+    for M, N, K in shapes:
+        flops = 2.0 * M * N * K
+        if runtime.IS_SIM:
+            rows.append([f"{M}x{N}x{K}", "not measured (simulator)", "-", "-", "-"])
+            continue
+        qa, qb = _random_operands(rng, M, N, K)
+        da = _Q(cuda.to_device(qa.data), cuda.to_device(qa.scale), "tile")
+        db = _Q(cuda.to_device(qb.data), cuda.to_device(qb.scale), "block")
+        out = cuda.device_array((M, N), np.float32)
+        base = None
+        if torch is not None:  # the tensor-core reference: cuBLAS FP8 with per-tensor scales
+            ta = torch.from_numpy(qa.data).cuda().view(torch.float8_e4m3fn)
+            tb = torch.from_numpy(qb.data).cuda().view(torch.float8_e4m3fn)
+            one = torch.ones((), device="cuda")
+            base = bench.torch_time_ms(torch, lambda: torch._scaled_mm(ta, tb.t(), one, one,
+                                                                       out_dtype=torch.float32))
+            rows.append([f"{M}x{N}x{K}", "torch._scaled_mm (tensorwise, tensor cores)", f"{base:.3f} ms",
+                         f"{flops / base / 1e9:.1f}", "1"])
+        for v in VERSIONS:
+            ms = runtime.time_ms(lambda: fp8_gemm(da, db, out=out, version=v), warmup=1, repeat=3)
+            ratio = "-" if base is None else f"1/{ms / base:.0f}"
+            rows.append([f"{M}x{N}x{K}", f"fp8_gemm v{v} (CUDA cores, FP32 accum.)", runtime.fmt_ms(ms),
+                         f"{flops / ms / 1e9:.1f}", ratio])
+    bench.print_table("Timing (the CUDA-core kernels against the FP8 tensor cores, same run)",
+                      ["M x N x K", "kernel", "time", "TFLOP/s", "speed vs torch"], rows)
+
+    if torch is None:
+        why = "simulator" if runtime.IS_SIM else "PyTorch with CUDA not installed"
+        print(f"\ntorch._scaled_mm use_fast_accum statistics: not measured ({why}); on the NumPy model instead:")
+        r = accum.error_vs_k(ks=(1024, 4096), trials=1, size=16, promote_every_list=(128,), rng=rng)
+        for lab, c in r["curves"].items():
+            print(f"  {lab:24s} " + "  ".join(f"K={k}: max {mx:.2e} mean {mn:.2e}"
+                                               for k, mx, mn in zip(r["ks"], c["max"], c["mean"])))
+        return
+    bench.print_table("torch._scaled_mm vs the emulator: max / mean relative error vs float64, same FP8 inputs "
+                      "(U[0,1) * 448, per-tensor scale 1)",
+                      ["K", "use_fast_accum=True", "use_fast_accum=False", "FP22 model", "FP22 + promote 128"],
+                      _torch_fast_accum_stats(torch, rng, (1024, 2048, 4096, 8192, 16384)))
+
+
+if __name__ == "__main__":
+    main()
