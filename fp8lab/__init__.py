@@ -10,6 +10,7 @@ from .runtime import backend  # first: selects the backend before numba.cuda is 
 
 from .formats import E4M3, E5M2, E8M0, decode, encode  # noqa: E402
 from .kernels.fp8_gemm import fp8_gemm  # noqa: E402
+from .kernels.gemm import gemm  # noqa: E402
 from .quant import QuantizedTensor, dequantize, quantize, requantize_tile_to_col  # noqa: E402
 from .scaling import DelayedScaling  # noqa: E402
 from .training import RECIPES, History, TrainingDiverged, train  # noqa: E402
@@ -18,7 +19,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "backend", "info", "E4M3", "E5M2", "E8M0", "encode", "decode", "quantize", "dequantize",
-    "QuantizedTensor", "requantize_tile_to_col", "DelayedScaling", "fp8_gemm", "train", "History", "RECIPES", "TrainingDiverged",
+    "QuantizedTensor", "requantize_tile_to_col", "DelayedScaling", "gemm", "fp8_gemm", "train", "History", "RECIPES", "TrainingDiverged",
 ]
 
 

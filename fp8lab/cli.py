@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-BENCHES = ("quantize", "quantize_fine", "gemm_nt", "fp8_gemm", "rmsnorm", "elementwise")
+BENCHES = ("quantize", "quantize_fine", "gemm", "gemm_nt", "fp8_gemm", "rmsnorm", "elementwise")
 
 
 def _train(args) -> int:
