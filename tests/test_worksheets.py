@@ -17,17 +17,24 @@ import numpy as np
 import pytest
 
 from fp8lab import check, worksheets
-from fp8lab.runtime import cuda
+from fp8lab.formats import encode_e4m3_sat
+from fp8lab.runtime import FULL_MASK, cuda, shfl_down_sync, shfl_xor_sync
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
 NAMES = sorted(p.name for p in SOLUTIONS.glob("*.ipynb"))
-CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_kernel"}
+CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_kernel", "tile_quantize_kernel"}
+LECTURES = {  # the lecture each worksheet links to (and back to)
+    "ws1_fp8_encode_decode.ipynb": "01_from_pytorch_to_kernels",
+    "ws2_rmsnorm_kernel.ipynb": "01_from_pytorch_to_kernels",
+    "ws3_tiled_gemm.ipynb": "01_from_pytorch_to_kernels",
+    "ws4_tile_quantize_kernel.ipynb": "03_scaling_and_quantization",
+}
 
 
 def test_worksheets_exist():
-    assert NAMES == ["ws1_fp8_encode_decode.ipynb", "ws2_rmsnorm_kernel.ipynb", "ws3_tiled_gemm.ipynb"]
+    assert NAMES == sorted(LECTURES)
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +135,10 @@ def decode_unsigned_zero(code):
 THREADS = check.RMSNORM_THREADS
 EPS = check.RMSNORM_EPS
 TILE = check.GEMM_TILE
+QT = check.QUANT_TILE
+PER_LANE = QT // 32
+E4M3_MAX = check.E4M3_MAX
+AMAX_FLOOR = check.AMAX_FLOOR
 
 
 @cuda.jit
@@ -210,6 +221,117 @@ def gemm_naive(a, b, c):
         c[m, n] = acc
 
 
+@cuda.jit
+def tile_quantize_without_amax_floor(x, codes, scale):
+    vals = cuda.local.array(PER_LANE, np.float32)
+    K = x.shape[1]
+    ntk = scale.shape[1]
+    lane = cuda.threadIdx.x % 32
+    w = cuda.grid(1) // 32
+    if w < scale.size:
+        r, t = w // ntk, w % ntk
+        amax = np.float32(0)
+        for j in range(PER_LANE):
+            c = t * QT + lane + 32 * j
+            vals[j] = x[r, c] if c < K else np.float32(0)
+            amax = max(amax, abs(vals[j]))
+        offset = 16
+        while offset > 0:
+            amax = max(amax, shfl_xor_sync(FULL_MASK, amax, offset))
+            offset //= 2
+        inv = E4M3_MAX / amax  # an all-zero tile: 448 / 0 = Inf, and 0 * Inf = NaN
+        for j in range(PER_LANE):
+            c = t * QT + lane + 32 * j
+            if c < K:
+                codes[r, c] = encode_e4m3_sat(vals[j] * inv)
+        if lane == 0:
+            scale[r, t] = amax / E4M3_MAX
+
+
+@cuda.jit
+def tile_quantize_shfl_down(x, codes, scale):
+    vals = cuda.local.array(PER_LANE, np.float32)
+    K = x.shape[1]
+    ntk = scale.shape[1]
+    lane = cuda.threadIdx.x % 32
+    w = cuda.grid(1) // 32
+    if w < scale.size:
+        r, t = w // ntk, w % ntk
+        amax = np.float32(0)
+        for j in range(PER_LANE):
+            c = t * QT + lane + 32 * j
+            vals[j] = x[r, c] if c < K else np.float32(0)
+            amax = max(amax, abs(vals[j]))
+        offset = 16
+        while offset > 0:
+            amax = max(amax, shfl_down_sync(FULL_MASK, amax, offset))  # only lane 0 ends with the tile's max
+            offset //= 2
+        safe = amax if amax > AMAX_FLOOR else AMAX_FLOOR
+        inv = E4M3_MAX / safe
+        for j in range(PER_LANE):
+            c = t * QT + lane + 32 * j
+            if c < K:
+                codes[r, c] = encode_e4m3_sat(vals[j] * inv)
+        if lane == 0:
+            scale[r, t] = safe / E4M3_MAX
+
+
+@cuda.jit
+def tile_quantize_divides_by_scale(x, codes, scale):
+    vals = cuda.local.array(PER_LANE, np.float32)
+    K = x.shape[1]
+    ntk = scale.shape[1]
+    lane = cuda.threadIdx.x % 32
+    w = cuda.grid(1) // 32
+    if w < scale.size:
+        r, t = w // ntk, w % ntk
+        amax = np.float32(0)
+        for j in range(PER_LANE):
+            c = t * QT + lane + 32 * j
+            vals[j] = x[r, c] if c < K else np.float32(0)
+            amax = max(amax, abs(vals[j]))
+        offset = 16
+        while offset > 0:
+            amax = max(amax, shfl_xor_sync(FULL_MASK, amax, offset))
+            offset //= 2
+        safe = amax if amax > AMAX_FLOOR else AMAX_FLOOR
+        s = safe / E4M3_MAX
+        for j in range(PER_LANE):
+            c = t * QT + lane + 32 * j
+            if c < K:
+                codes[r, c] = encode_e4m3_sat(vals[j] / s)  # rounds differently from vals[j] * (448 / safe)
+        if lane == 0:
+            scale[r, t] = s
+
+
+@cuda.jit
+def tile_quantize_signed_max(x, codes, scale):
+    vals = cuda.local.array(PER_LANE, np.float32)
+    K = x.shape[1]
+    ntk = scale.shape[1]
+    lane = cuda.threadIdx.x % 32
+    w = cuda.grid(1) // 32
+    if w < scale.size:
+        r, t = w // ntk, w % ntk
+        amax = np.float32(0)
+        for j in range(PER_LANE):
+            c = t * QT + lane + 32 * j
+            vals[j] = x[r, c] if c < K else np.float32(0)
+            amax = max(amax, vals[j])  # forgets abs(): a negative outlier is missed
+        offset = 16
+        while offset > 0:
+            amax = max(amax, shfl_xor_sync(FULL_MASK, amax, offset))
+            offset //= 2
+        safe = amax if amax > AMAX_FLOOR else AMAX_FLOOR
+        inv = E4M3_MAX / safe
+        for j in range(PER_LANE):
+            c = t * QT + lane + 32 * j
+            if c < K:
+                codes[r, c] = encode_e4m3_sat(vals[j] * inv)
+        if lane == 0:
+            scale[r, t] = safe / E4M3_MAX
+
+
 WRONG = [
     (check.encode_e4m3, encode_ties_away, "ties to even"),
     (check.encode_e4m3, encode_no_saturation, "[overflow]"),
@@ -219,9 +341,16 @@ WRONG = [
     (check.rmsnorm_forward_kernel, rmsnorm_one_element_per_thread, "range(cuda.threadIdx.x, N, cuda.blockDim.x)"),
     (check.tiled_gemm_kernel, gemm_skips_last_k_tile, "the last, partial tile of K is missing"),
     (check.tiled_gemm_kernel, gemm_naive, "uses no shared memory"),
+    (check.tile_quantize_kernel, tile_quantize_without_amax_floor, "at most AMAX_FLOOR: floor it first"),
+    (check.tile_quantize_kernel, tile_quantize_shfl_down, "shfl_down_sync leaves it in lane 0 only"),
+    (check.tile_quantize_kernel, tile_quantize_divides_by_scale, "not divide by scale"),
+    (check.tile_quantize_kernel, tile_quantize_signed_max, "take abs() of each element before the max"),
 ]
 
 
+# the simulator runs kernels on NumPy scalars, which warn where a GPU silently gives Inf/NaN (no amax floor)
+@pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning",
+                            "ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize("checker, answer, says", WRONG, ids=[w[1].__name__ for w in WRONG])
 def test_wrong_answer_is_rejected(checker, answer, says, rng, capsys):
     with pytest.raises(check.CheckFailed) as info:
@@ -239,7 +368,12 @@ def test_not_attempted_function_and_kernel():
     def tiled_gemm_kernel(a, b, c):
         raise NotImplementedError("your answer goes here: replace this line")
 
-    for checker, answer in ((check.encode_e4m3, encode_e4m3), (check.tiled_gemm_kernel, tiled_gemm_kernel)):
+    @cuda.jit
+    def tile_quantize_kernel(x, codes, scale):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    for checker, answer in ((check.encode_e4m3, encode_e4m3), (check.tiled_gemm_kernel, tiled_gemm_kernel),
+                            (check.tile_quantize_kernel, tile_quantize_kernel)):
         with pytest.raises(check.NotAttempted, match="^not attempted yet"):
             checker(answer)
 
@@ -284,7 +418,7 @@ def test_exercises_are_clean():
         for cell in nb.cells:
             if cell.cell_type == "code":
                 assert cell.outputs == [] and cell.execution_count is None
-        assert "../notebooks/01_from_pytorch_to_kernels.ipynb" in text
+        assert f"../notebooks/{LECTURES[name]}.ipynb" in text
 
 
 @pytest.fixture

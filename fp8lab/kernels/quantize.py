@@ -9,8 +9,10 @@ scale = amax / FP8_MAX, so the largest |x| encodes to exactly +-FP8_MAX. Transfo
 scale_inv. The cast multiplies by inv_scale = FP8_MAX / amax, computed once in float32 on the device.
 
 amax is floored at AMAX_FLOOR = 1e-12 so an all-zero tensor gives codes 0 and a finite scale instead of
-0/0. DeepGEMM floors at 1e-4, which suits BF16 activations but would flush this course's gradients (about
-1e-5 for the mean-squared loss of a 64x256 batch) to zero.
+0/0. DeepGEMM floors at 1e-4, which suits BF16 activations; this course's gradients (amax about 1e-5 for the
+mean-squared loss of a 64x256 batch) would then top out near code value 45 instead of 448, still in E4M3's
+normal range but no longer using its top. With 1e-12 the largest |x| encodes to exactly +-448 unless the
+whole tensor is below 1e-12.
 
 NaN in the input propagates: amax becomes NaN, so every code is NaN and the loss shows it.
 """
