@@ -417,24 +417,26 @@ def reference(qa, qb, accum_bits=None, promote_every=None) -> np.ndarray:
     return acc + lim.astype(np.float32) * s((K - 1) // GROUP_K)
 
 
-def reference64(qa, qb) -> np.ndarray:
-    """float64 dequant(qa) @ dequant(qb).T: the exact value (up to float64 rounding) the errors are measured from."""
+def _dequantized64(qa, qb):
+    """float64 dequant(qa), dequant(qb): each code times its group's scale."""
     A, B = _decoded("qa", qa), _decoded("qb", qb)
     M, K = A.shape
     N = B.shape[0]
     SA = np.repeat(_expanded_scales(qa, M, K), GROUP_K, axis=1)[:, :K].astype(np.float64)
     SB = np.repeat(_expanded_scales(qb, N, K), GROUP_K, axis=1)[:, :K].astype(np.float64)
-    return (A.astype(np.float64) * SA) @ (B.astype(np.float64) * SB).T
+    return A.astype(np.float64) * SA, B.astype(np.float64) * SB
+
+
+def reference64(qa, qb) -> np.ndarray:
+    """float64 dequant(qa) @ dequant(qb).T: the exact value (up to float64 rounding) the errors are measured from."""
+    A, B = _dequantized64(qa, qb)
+    return A @ B.T
 
 
 def abs_product(qa, qb) -> np.ndarray:
     """float64 sum_k |dequant(qa)[m, k] * dequant(qb)[n, k]|: the scale of every rounding error of the sum."""
-    A, B = _decoded("qa", qa), _decoded("qb", qb)
-    M, K = A.shape
-    N = B.shape[0]
-    SA = np.repeat(_expanded_scales(qa, M, K), GROUP_K, axis=1)[:, :K].astype(np.float64)
-    SB = np.repeat(_expanded_scales(qb, N, K), GROUP_K, axis=1)[:, :K].astype(np.float64)
-    return np.abs(A * SA) @ np.abs(B * SB).T
+    A, B = _dequantized64(qa, qb)
+    return np.abs(A) @ np.abs(B).T
 
 
 def error_bound(qa, qb) -> np.ndarray:
