@@ -15,8 +15,11 @@ $(VENV)/.installed-%: pyproject.toml
 	$(PIP) install -e ".[$*]"
 	touch $@
 
+# Jupyter refuses to run as root unless told (containers often run as root).
+JUPYTER_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: $(VENV)/.installed-lab
-	$(VENV)/bin/jupyter lab notebooks/00_start_here.ipynb
+	$(VENV)/bin/jupyter lab $(JUPYTER_ROOT) $(JUPYTER_ARGS) notebooks/00_start_here.ipynb
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -m "not gpu" --nbval-lax --nbval-current-env -p no:cacheprovider tests notebooks $(PYTEST_ARGS)
