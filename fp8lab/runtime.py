@@ -38,13 +38,11 @@ else:
 SIZES = {
     "sim": {
         "train": dict(batch=8, d_in=32, d_out=16, steps=20, lr=5e-2, ema_decay=0.9),
-        "check": dict(n=300, m=5, k=37),
         "bench": dict(n=4096),
         "gemm_tile": 8,
     },
     "gpu": {
         "train": dict(batch=64, d_in=512, d_out=256, steps=600, lr=1e-3, ema_decay=0.99),
-        "check": dict(n=1 << 22, m=1000, k=777),
         "bench": dict(n=1 << 28),
         "gemm_tile": 16,
     },
