@@ -7,6 +7,8 @@ What is here:
   llvmlite's `InlineAsm` (`cvt_x2_intrinsic` builds them);
 - `encode_e4m3_sat_hw(x)`, `encode_e5m2_sat_hw(x)`: device functions returning one code (int 0..255), the low
   byte of the instruction applied to (0, x), as CUDA's `__nv_cvt_float_to_fp8` does;
+- `decode_e4m3x2(codes16)`, `decode_e5m2x2(codes16)`: two FP8 codes packed in a uint16 -> (float32 of the low
+  byte, float32 of the high byte), through `cvt.rn.f16x2.{e4m3x2,e5m2x2}` and two `cvt.f32.f16` (exact);
 - `encode_e4m3_sat_hw_kernel(x, codes)`: a grid-stride kernel, codes[i] = encode_e4m3_sat_hw(x[i]), and
   `encode_e4m3_sat_sw_kernel`, the same loop with the software device function (to compare the two);
 - `ptx_of(fn, signature)`: the PTX text of a kernel or device function, or None with a warning that says why
@@ -59,6 +61,9 @@ __all__ = [
     "cvt_e5m2x2_satfinite",
     "encode_e4m3_sat_hw",
     "encode_e5m2_sat_hw",
+    "decode_x2_intrinsic",
+    "decode_e4m3x2",
+    "decode_e5m2x2",
     "encode_e4m3_sat_hw_kernel",
     "encode_e4m3_sat_sw_kernel",
     "ENCODE_KERNEL_SIGNATURE",
@@ -73,6 +78,8 @@ HARDWARE = not runtime.IS_SIM
 
 CVT_E4M3X2 = "cvt.rn.satfinite.e4m3x2.f32"
 CVT_E5M2X2 = "cvt.rn.satfinite.e5m2x2.f32"
+CVT_F16X2_E4M3X2 = "cvt.rn.f16x2.e4m3x2"
+CVT_F16X2_E5M2X2 = "cvt.rn.f16x2.e5m2x2"
 
 _F32_ZERO = np.float32(0.0)
 
@@ -115,6 +122,52 @@ def cvt_x2_intrinsic(instruction: str):
     return intrinsic(cvt_x2)
 
 
+def decode_x2_intrinsic(instruction: str):
+    """An @intrinsic `decode(codes16) -> (lo, hi)`: two FP8 codes packed in a uint16 -> two float32 (GPU only).
+
+    instruction: "cvt.rn.f16x2.e4m3x2" or "cvt.rn.f16x2.e5m2x2" (sm_89+). It converts both bytes to a pair of
+    float16 (exact: every E4M3 and E5M2 value is a float16), then `cvt.f32.f16` widens each (exact). The low
+    byte comes back first, matching the packing of the cvt_*x2_satfinite encoders.
+    """
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def decode_x2(typingctx, codes):
+        if not isinstance(codes, types.Integer):
+            return None
+        sig = types.UniTuple(types.float32, 2)(codes)
+
+        def codegen(context, builder, sig, args):
+            f32 = ir.FloatType()
+            c16 = builder.trunc(args[0], ir.IntType(16)) if sig.args[0].bitwidth > 16 else \
+                builder.zext(args[0], ir.IntType(16)) if sig.args[0].bitwidth < 16 else args[0]
+            fnty = ir.FunctionType(ir.LiteralStructType([f32, f32]), [ir.IntType(16)])
+            asm = ir.InlineAsm(
+                fnty,
+                "{ .reg .b32 h2; .reg .b16 lo, hi; "
+                f"{instruction} h2, $2; mov.b32 {{lo, hi}}, h2; cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }}",
+                "=f,=f,h")
+            res = builder.call(asm, [c16])
+            vals = [builder.extract_value(res, k) for k in range(2)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    decode_x2.__name__ = decode_x2.__qualname__ = "decode_x2_" + instruction.replace(".", "_")
+    return intrinsic(decode_x2)
+
+
+def _twin_decode_e4m3x2(codes):
+    """Software twin of cvt.rn.f16x2.e4m3x2 widened to float32: (value of the low byte, of the high byte)."""
+    return formats.decode_e4m3(codes & 0xFF), formats.decode_e4m3((codes >> 8) & 0xFF)
+
+
+def _twin_decode_e5m2x2(codes):
+    """Software twin of cvt.rn.f16x2.e5m2x2 widened to float32."""
+    return formats.decode_e5m2(codes & 0xFF), formats.decode_e5m2((codes >> 8) & 0xFF)
+
+
 def _hw_encode_e4m3_sat(x):
     """E4M3 code (int 0..255) of x from the hardware: the low byte of cvt.rn.satfinite.e4m3x2.f32 (0, x)."""
     return cvt_e4m3x2_satfinite(_F32_ZERO, x) & 0xFF
@@ -145,11 +198,15 @@ if HARDWARE:
     cvt_e5m2x2_satfinite = cvt_x2_intrinsic(CVT_E5M2X2)
     encode_e4m3_sat_hw = cuda.jit(device=True)(_hw_encode_e4m3_sat)
     encode_e5m2_sat_hw = cuda.jit(device=True)(_hw_encode_e5m2_sat)
+    decode_e4m3x2 = decode_x2_intrinsic(CVT_F16X2_E4M3X2)
+    decode_e5m2x2 = decode_x2_intrinsic(CVT_F16X2_E5M2X2)
 else:
     cvt_e4m3x2_satfinite = cuda.jit(device=True)(_twin_cvt_e4m3x2_satfinite)
     cvt_e5m2x2_satfinite = cuda.jit(device=True)(_twin_cvt_e5m2x2_satfinite)
     encode_e4m3_sat_hw = formats.encode_e4m3_sat
     encode_e5m2_sat_hw = formats.encode_e5m2_sat
+    decode_e4m3x2 = cuda.jit(device=True)(_twin_decode_e4m3x2)
+    decode_e5m2x2 = cuda.jit(device=True)(_twin_decode_e5m2x2)
 
 
 @cuda.jit

@@ -50,6 +50,11 @@ def test_v6_vector_path(rng):
     assert_within_bound(*run(6, 130, 132, 20, rng))
 
 
+def test_v7_vector_path_and_double_buffer(rng):
+    # several k-steps (both shared buffers in turn), float4 loads inside, scalar loads at every edge
+    assert_within_bound(*run(7, 131, 136, 44, rng))
+
+
 @pytest.mark.parametrize("version", sorted(G.VERSIONS))
 def test_k_of_one_and_thin_shapes(rng, version):
     assert_within_bound(*run(version, 3, 5, 1, rng))
@@ -116,16 +121,17 @@ def test_best_version_4096_cubed(rng):
 
 
 @pytest.mark.gpu
-def test_v6_float4_matches_scalar_path(rng):
+@pytest.mark.parametrize("version", [6, 7])
+def test_float4_matches_scalar_path(rng, version):
     # the inline-PTX loads (aligned, K and N multiples of 4) give the same bits as the scalar fallback
     a = rng.standard_normal((1000, 516), dtype=np.float32)
     b = rng.standard_normal((516, 1028), dtype=np.float32)
     da, db = cuda.to_device(a), cuda.to_device(b)
     assert G._vec_ok(da) == 1 and G._vec_ok(db) == 1
     vec, scalar = poisoned((1000, 1028), np.float32), poisoned((1000, 1028), np.float32)
-    G.launch(da, db, vec, 6)
-    grid, block = G._grid(6, 1000, 1028)
-    G.KERNELS[6][grid, block](da, db, scalar, 0, 0)
+    G.launch(da, db, vec, version)
+    grid, block = G._grid(version, 1000, 1028)
+    G.KERNELS[version][grid, block](da, db, scalar, 0, 0)
     assert np.array_equal(vec.copy_to_host(), scalar.copy_to_host())
     assert_within_bound(vec.copy_to_host(), a, b)
 

@@ -251,3 +251,51 @@ def test_ptx_contains_the_cvt_instructions():
     assert (codes.copy_to_host() == 0x38).all()
     launched = ptx.encode_e4m3_sat_hw_kernel.inspect_asm()
     assert any(ptx.find_instructions(t, ptx.CVT_E4M3X2) for t in launched.values())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Decoding: cvt.rn.f16x2.{e4m3x2,e5m2x2} (two codes -> two float16, widened to float32)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit
+def decode_pairs_kernel(codes16, out):
+    """out[0, :, i] = decode_e4m3x2(codes16[i]) (low byte first), out[1, :, i] = decode_e5m2x2(codes16[i])."""
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < codes16.size:
+        lo, hi = ptx.decode_e4m3x2(codes16[i])
+        out[0, 0, i] = lo
+        out[0, 1, i] = hi
+        lo, hi = ptx.decode_e5m2x2(codes16[i])
+        out[1, 0, i] = lo
+        out[1, 1, i] = hi
+        i += step
+
+
+def check_decode_pairs(codes16: np.ndarray, blocks: int, threads: int) -> None:
+    out = cuda.to_device(np.full((2, 2, codes16.size), np.nan, np.float32))
+    decode_pairs_kernel[blocks, threads](cuda.to_device(codes16), out)
+    got = out.copy_to_host()
+    for f, fmt in enumerate((E4M3, E5M2)):
+        for half, byte in enumerate((codes16 & 0xFF, codes16 >> 8)):
+            want = formats.decode(byte.astype(np.uint8), fmt)
+            nan = np.isnan(got[f, half]) & np.isnan(want)  # a NaN's sign is not kept: the instruction
+            # gives float16's canonical NaN for 0x7F and 0xFF alike (the PTX ISA promises only "NaN")
+            same = nan | ((got[f, half] == want) & (np.signbit(got[f, half]) == np.signbit(want)))  # -0.0 too
+            assert same.all(), f"{fmt.name} byte {half}: code pair 0x{int(codes16[~same][0]):04x} decodes wrong"
+
+
+def test_decode_x2_twin_every_byte_in_both_halves():
+    # every code in the low byte and in the high byte (simulator: the software twin; GPU: the instruction)
+    codes = np.arange(256, dtype=np.uint16)
+    check_decode_pairs(codes | (codes[::-1] << 8), blocks=2, threads=128)
+
+
+@pytest.mark.gpu
+def test_decode_x2_hardware_every_pair():
+    if not ptx.HARDWARE:
+        pytest.skip("needs a CUDA GPU (sm_89+): the simulator runs the software twins")
+    check_decode_pairs(np.arange(2**16, dtype=np.uint16), blocks=256, threads=256)
+    text = ptx.ptx_of(decode_pairs_kernel, "void(uint16[::1], float32[:, :, ::1])")
+    assert ptx.find_instructions(text, ptx.CVT_F16X2_E4M3X2) and ptx.find_instructions(text, ptx.CVT_F16X2_E5M2X2)

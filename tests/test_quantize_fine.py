@@ -34,7 +34,7 @@ def heavy_tailed(rng, shape):
     return x
 
 
-def launch(granularity, x, *, version=2, block=128, mode="amax", fmt="e4m3"):
+def launch(granularity, x, *, version=qf.BEST, block=128, mode="amax", fmt="e4m3"):
     """Run the kernel for `granularity` on poisoned outputs; returns host (codes, scale, scale_codes)."""
     sh = qf.scale_shape(granularity, x.shape, block)
     codes, scale, scodes = poisoned(x.shape, np.uint8), poisoned(sh, np.float32), poisoned(sh, np.uint8)
@@ -69,13 +69,28 @@ def group_max_decoded(codes, granularity, block=128, fmt="e4m3"):
 
 
 @pytest.mark.parametrize("version", sorted(qf.VERSIONS))
-@pytest.mark.parametrize("shape", sizes((5, 300)))
+@pytest.mark.parametrize("shape", sizes((5, 300)) + [pytest.param((4096, 7168 + 4), id="big-vec", marks=pytest.mark.gpu)])
 def test_tile_bit_exact_and_largest_is_448(rng, version, shape):
     x = heavy_tailed(rng, shape)
     codes, scale = check("tile", x, launch("tile", x, version=version))
     assert scale.shape == (shape[0], -(-shape[1] // 128))
     # every 1x128 tile (the partial last one too) has its largest |x| at exactly +-448
     assert (group_max_decoded(codes, "tile") == 448).all()
+
+
+def test_tile_v3_runs_only_where_it_applies(rng):
+    """Version 3 needs K % 4 == 0 (16-byte loads, 4-byte code stores) and a block that is a multiple of 128;
+    elsewhere quantize_tile falls back to version 2 with the same codes. The (5, 300) shape of the test above
+    is one where version 3 really runs."""
+    ok = cuda.to_device(heavy_tailed(rng, (5, 300)))
+    assert qf.vector_ok(ok, cuda.device_array((5, 300), np.uint8), 128)
+    assert not qf.vector_ok(ok, cuda.device_array((5, 300), np.uint8), 48)
+    odd = heavy_tailed(rng, (3, 301))
+    assert not qf.vector_ok(cuda.to_device(odd), cuda.device_array((3, 301), np.uint8), 128)
+    check("tile", odd, launch("tile", odd, version=3))
+    x = heavy_tailed(rng, (2, 512))
+    check("tile", x, launch("tile", x, version=3, block=256), block=256)
+    check("tile", x, launch("tile", x, version=3, fmt="e5m2"), fmt="e5m2")
 
 
 def test_tile_e5m2_and_odd_block(rng):
@@ -101,7 +116,7 @@ def test_block_bit_exact(rng, shape):
 
 
 @pytest.mark.parametrize("rule", ["floor", "ceil"])
-@pytest.mark.parametrize("shape", sizes((3, 150)))
+@pytest.mark.parametrize("shape", sizes((3, 150)) + [pytest.param((3, 164), id="small-vec")])  # v2 / v3 paths
 def test_mx_bit_exact(rng, rule, shape):
     x = heavy_tailed(rng, shape)
     _, scale = check("mx", x, launch("mx", x, mode="mx_" + rule), mode="mx_" + rule)

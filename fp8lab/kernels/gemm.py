@@ -11,15 +11,20 @@ version 4: 1-D register blocking: 64 x 64 block tile, BK = 8, each thread comput
 version 5: 2-D register blocking: 128 x 128 block tile, BK = 8, each thread computes TM x TN = 8 x 8 outputs.
 version 6: wider loads: version 5 with float4 global loads (inline PTX ld.global.v4.f32) and the a tile
            stored transposed in shared memory, so each thread reads its TM values of a from one row.
+version 7: version 6 with float4 shared loads (ld.shared.v4.f32 through an addrspacecast, no inline assembly),
+           each thread's 8 x 8 outputs split into 2 x 2 groups of 4 x 4, 64 rows / columns apart, so that a
+           quarter-warp's 16-byte reads hit distinct banks, and two shared buffers (the next k-step is loaded
+           from global memory during this one's FMAs; one barrier per k-step).
 
 Inline PTX: `ld_global_v4_f32(x, i, j)` returns x[i, j:j+4] as four float32 from one 16-byte load. On a GPU it is
 an `@intrinsic` emitting `ld.global.v4.f32` (the address must be 16-byte aligned: version 6 uses it only when
 the rows of x are contiguous, their length a multiple of 4 and the base pointer aligned, and falls back to four
 scalar loads otherwise and at the matrix edges). The simulator cannot run PTX: there the same name is a software
 twin that reads the four elements one by one (`HARDWARE` says which you have), so kernel source never forks.
-Checked without a GPU (PTX for sm_90 from numba-cuda 0.30.4): version 6 has its two `ld.global.v4.f32`; its
-shared-memory reads stay scalar `ld.shared.f32`, as in version 5 (Boehm's CUDA C++ got 128-bit shared loads
-there); no version spills to local memory.
+Checked without a GPU (PTX for sm_90 from numba-cuda 0.30.4, ptxas 13.0): version 6 has its two
+`ld.global.v4.f32`, but its shared-memory reads stay scalar `ld.shared.f32`, as in version 5 (Boehm's CUDA C++
+got 128-bit shared loads there); version 7's inner loop is four `ld.shared.v4.f32` and 64 `fma.rn.f32` per k;
+no version spills to local memory.
 
 Launch configurations (threads per block, static shared memory) are in `LAUNCH`; `occupancy()` turns them into
 blocks per SM on an H100-class GPU. `python -m fp8lab.kernels.gemm [--plot PATH]` checks every version, then
@@ -37,7 +42,8 @@ from .. import runtime
 from ..runtime import cuda
 
 __all__ = ["VERSIONS", "BEST", "HARDWARE", "LAUNCH", "KERNELS", "gemm", "launch", "reference", "error_bound",
-           "occupancy", "PTXAS_REGS_SM90", "ld_global_v4_f32", "BOEHM_A6000", "H100_FP32_TFLOPS", "plot_ladder", "main"]
+           "occupancy", "PTXAS_REGS_SM90", "ld_global_v4_f32", "ld_shared_v4_f32", "st_shared_v4_f32",
+           "BOEHM_A6000", "H100_FP32_TFLOPS", "plot_ladder", "main"]
 
 HARDWARE = not runtime.IS_SIM
 """True on a GPU (ld_global_v4_f32 is inline PTX); False under the simulator (a software twin)."""
@@ -46,7 +52,8 @@ H100_FP32_TFLOPS = 67.0
 """FP32 (CUDA-core) peak of an H100 SXM, dense (FACTS.md): the roofline of every version here."""
 
 BOEHM_A6000 = {1: 1.3, 2: 8.5, 3: 12.8, 4: 36.5, 5: 68.7, 6: 78.4}
-"""Boehm's published ladder (RTX A6000, 4092^2, percent of cuBLAS SGEMM, FACTS.md): his numbers, not ours."""
+"""Boehm's published ladder (RTX A6000, 4092^2, percent of cuBLAS SGEMM, FACTS.md): his numbers, not ours. Version 7
+has no counterpart (his kernel 6 already had 128-bit shared loads; double buffering comes later in his list)."""
 
 # ------------------------------------------------------------------------------------------------------------------
 # Tile sizes. Shared- and local-array shapes must be compile-time constants: every size a kernel uses is a
@@ -66,6 +73,8 @@ STRIDE_B5 = THREADS5 // BN5  # 2: rows of the b tile loaded per pass (4 passes)
 COLS5 = BN5 // TN5  # 16 threads across a block tile's columns
 VEC_A6 = BK5 // 4  # 2 float4 per row of the a tile: 128 rows x 2 = 256 loads, one per thread
 VEC_B6 = BN5 // 4  # 32 float4 per row of the b tile: 8 rows x 32 = 256 loads, one per thread
+BUF_ROWS7 = 2 * BK5  # version 7: two k-step buffers stacked in one shared array
+HALF7 = 64  # version 7: a thread's second group of 4 rows (and of 4 columns) starts 64 further
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -73,7 +82,7 @@ VEC_B6 = BN5 // 4  # 32 float4 per row of the b tile: 8 rows x 32 = 256 loads, o
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _make_ld_global_v4_f32():
+def _make_ld_global_v4_f32(instruction: str = "ld.global.v4.f32"):
     """An @intrinsic `ld_global_v4_f32(x, i, j) -> (x[i,j], x[i,j+1], x[i,j+2], x[i,j+3])` (GPU only).
 
     x: a 2-D float32 array in global memory; the address of x[i, j] must be 16-byte aligned (the PTX ISA requires
@@ -97,7 +106,7 @@ def _make_ld_global_v4_f32():
             f32 = ir.FloatType()
             # four "=f" outputs (.f32 registers) returned as one struct, "l": the 64-bit address
             fnty = ir.FunctionType(ir.LiteralStructType([f32] * 4), [f32.as_pointer()])
-            asm = ir.InlineAsm(fnty, "ld.global.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l")
+            asm = ir.InlineAsm(fnty, instruction + " {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l")
             res = builder.call(asm, [ptr])
             vals = [builder.extract_value(res, k) for k in range(4)]
             return context.make_tuple(builder, sig.return_type, vals)
@@ -114,8 +123,87 @@ def _twin_ld_global_v4_f32(x, i, j):
 
 if HARDWARE:
     ld_global_v4_f32 = _make_ld_global_v4_f32()
+    # the read-only data path (the "non-coherent" cache): only for data no thread writes during the kernel
+    ld_global_nc_v4_f32 = _make_ld_global_v4_f32("ld.global.nc.v4.f32")
 else:
     ld_global_v4_f32 = cuda.jit(device=True)(_twin_ld_global_v4_f32)
+    ld_global_nc_v4_f32 = ld_global_v4_f32
+
+
+def _make_shared_v4_f32():
+    """@intrinsics `ld_shared_v4_f32(s, i, j)` -> s[i, j:j+4] and `st_shared_v4_f32(s, i, j, x0, x1, x2, x3)`.
+
+    s: a 2-D float32 shared array; the element address must be 16-byte aligned (rows of a multiple of 4 floats,
+    j a multiple of 4). Numba hands kernels a generic pointer to a shared array; casting it back to the shared
+    address space (addrspacecast to addrspace(3)) and loading a <4 x float> with align 16 lets NVVM emit one
+    `ld.shared.v4.f32` (or `st.shared.v4.f32`) instead of four scalar accesses. No bounds check.
+    """
+    from llvmlite import ir
+    from numba.cuda import cgutils, types
+    from numba.cuda.extending import intrinsic
+
+    f32 = ir.FloatType()
+    vec = ir.VectorType(f32, 4)
+
+    def _shared_ptr(context, builder, sig, args):
+        xty, ity, jty = sig.args[:3]
+        ary = context.make_array(xty)(context, builder, value=args[0])
+        inds = [context.cast(builder, args[1], ity, types.intp), context.cast(builder, args[2], jty, types.intp)]
+        ptr = cgutils.get_item_pointer(context, builder, xty, ary, inds)
+        return builder.bitcast(builder.addrspacecast(ptr, f32.as_pointer(3)), vec.as_pointer(3))
+
+    def _ok(x, i, j):
+        return (isinstance(x, types.Array) and x.ndim == 2 and x.dtype == types.float32
+                and isinstance(i, types.Integer) and isinstance(j, types.Integer))
+
+    def ld_shared_v4_f32(typingctx, x, i, j):
+        if not _ok(x, i, j):
+            return None
+        sig = types.UniTuple(types.float32, 4)(x, i, j)
+
+        def codegen(context, builder, sig, args):
+            v = builder.load(_shared_ptr(context, builder, sig, args), align=16)
+            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), k)) for k in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    def st_shared_v4_f32(typingctx, x, i, j, x0, x1, x2, x3):
+        if not (_ok(x, i, j) and all(isinstance(t, types.Float) for t in (x0, x1, x2, x3))):
+            return None
+        sig = types.void(x, i, j, x0, x1, x2, x3)
+
+        def codegen(context, builder, sig, args):
+            v = ir.Constant(vec, ir.Undefined)
+            for k in range(4):
+                val = context.cast(builder, args[3 + k], sig.args[3 + k], types.float32)
+                v = builder.insert_element(v, val, ir.Constant(ir.IntType(32), k))
+            builder.store(v, _shared_ptr(context, builder, sig, args), align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(ld_shared_v4_f32), intrinsic(st_shared_v4_f32)
+
+
+def _twin_ld_shared_v4_f32(s, i, j):
+    """Software twin of ld.shared.v4.f32: four scalar loads."""
+    return s[i, j], s[i, j + 1], s[i, j + 2], s[i, j + 3]
+
+
+def _twin_st_shared_v4_f32(s, i, j, x0, x1, x2, x3):
+    """Software twin of st.shared.v4.f32: four scalar stores."""
+    s[i, j] = x0
+    s[i, j + 1] = x1
+    s[i, j + 2] = x2
+    s[i, j + 3] = x3
+
+
+if HARDWARE:
+    ld_shared_v4_f32, st_shared_v4_f32 = _make_shared_v4_f32()
+else:
+    ld_shared_v4_f32 = cuda.jit(device=True)(_twin_ld_shared_v4_f32)
+    st_shared_v4_f32 = cuda.jit(device=True)(_twin_st_shared_v4_f32)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -363,7 +451,100 @@ def gemm_kernel6(a, b, c, vec_a, vec_b):
                 c[m, n] = acc[i, j]
 
 
-KERNELS = {1: gemm_kernel1, 2: gemm_kernel2, 3: gemm_kernel3, 4: gemm_kernel4, 5: gemm_kernel5, 6: gemm_kernel6}
+@cuda.jit(device=True)
+def _load4(x, i, j, rows, cols, vec):
+    """x[i, j:j+4] as four float32, 0 outside the matrix; one 16-byte load when vec and all four exist."""
+    x0 = np.float32(0)
+    x1 = np.float32(0)
+    x2 = np.float32(0)
+    x3 = np.float32(0)
+    if i < rows:
+        if vec != 0 and j + 3 < cols:
+            x0, x1, x2, x3 = ld_global_v4_f32(x, i, j)
+        else:
+            if j < cols:
+                x0 = x[i, j]
+            if j + 1 < cols:
+                x1 = x[i, j + 1]
+            if j + 2 < cols:
+                x2 = x[i, j + 2]
+            if j + 3 < cols:
+                x3 = x[i, j + 3]
+    return x0, x1, x2, x3
+
+
+@cuda.jit
+def gemm_kernel7(a, b, c, vec_a, vec_b):
+    """Version 6 + 128-bit shared loads, a conflict-free thread layout and double buffering. Launch as version 5.
+
+    Each thread computes 8 x 8 outputs as 2 x 2 groups of 4 x 4: rows t_row*4 + {0..3} and 64 + t_row*4 + {0..3},
+    columns likewise with t_col. Per k, a thread reads its 8 values of a and 8 of b with four ld.shared.v4.f32;
+    the 16 threads of a half-warp read 16 consecutive float4 of b (256 bytes: no bank conflict) and 2 float4 of a
+    (a broadcast). Two shared buffers: the next k-step's tiles are loaded from global memory into registers
+    before this step's 512 FMAs and stored into the other buffer after them, so one barrier per k-step suffices
+    and the global-memory latency hides behind arithmetic.
+    """
+    sat = cuda.shared.array((BUF_ROWS7, BM5), np.float32)  # rows buf*BK5 + k: a tile transposed, two buffers
+    sb = cuda.shared.array((BUF_ROWS7, BN5), np.float32)  # rows buf*BK5 + k: b tile, two buffers
+    acc = cuda.local.array((TM5, TN5), np.float32)
+    reg_m = cuda.local.array(TM5, np.float32)
+    reg_n = cuda.local.array(TN5, np.float32)
+    M, K = a.shape
+    N = b.shape[1]
+    tid = cuda.threadIdx.x
+    m0 = cuda.blockIdx.y * BM5
+    n0 = cuda.blockIdx.x * BN5
+    row_a = tid // VEC_A6  # loads a[m0 + row_a, k0 + col_a : +4]
+    col_a = (tid % VEC_A6) * 4
+    row_b = tid // VEC_B6  # loads b[k0 + row_b, n0 + col_b : +4]
+    col_b = (tid % VEC_B6) * 4
+    t_row = tid // COLS5
+    t_col = tid % COLS5
+    for i in range(TM5):
+        for j in range(TN5):
+            acc[i, j] = np.float32(0)
+    x0, x1, x2, x3 = _load4(a, m0 + row_a, col_a, M, K, vec_a)  # k-step 0 into buffer 0
+    y0, y1, y2, y3 = _load4(b, row_b, n0 + col_b, K, N, vec_b)
+    sat[col_a, row_a] = x0
+    sat[col_a + 1, row_a] = x1
+    sat[col_a + 2, row_a] = x2
+    sat[col_a + 3, row_a] = x3
+    st_shared_v4_f32(sb, row_b, col_b, y0, y1, y2, y3)
+    cuda.syncthreads()
+    buf = 0
+    for k0 in range(0, K, BK5):
+        nxt = k0 + BK5
+        if nxt < K:  # issue the next k-step's global loads now; they complete while we compute
+            x0, x1, x2, x3 = _load4(a, m0 + row_a, nxt + col_a, M, K, vec_a)
+            y0, y1, y2, y3 = _load4(b, nxt + row_b, n0 + col_b, K, N, vec_b)
+        base = buf * BK5
+        for kk in range(BK5):
+            reg_m[0], reg_m[1], reg_m[2], reg_m[3] = ld_shared_v4_f32(sat, base + kk, t_row * 4)
+            reg_m[4], reg_m[5], reg_m[6], reg_m[7] = ld_shared_v4_f32(sat, base + kk, HALF7 + t_row * 4)
+            reg_n[0], reg_n[1], reg_n[2], reg_n[3] = ld_shared_v4_f32(sb, base + kk, t_col * 4)
+            reg_n[4], reg_n[5], reg_n[6], reg_n[7] = ld_shared_v4_f32(sb, base + kk, HALF7 + t_col * 4)
+            for i in range(TM5):
+                for j in range(TN5):
+                    acc[i, j] += reg_m[i] * reg_n[j]
+        if nxt < K:  # the other buffer: everyone finished reading it before the last barrier
+            other = (1 - buf) * BK5
+            sat[other + col_a, row_a] = x0
+            sat[other + col_a + 1, row_a] = x1
+            sat[other + col_a + 2, row_a] = x2
+            sat[other + col_a + 3, row_a] = x3
+            st_shared_v4_f32(sb, other + row_b, col_b, y0, y1, y2, y3)
+        cuda.syncthreads()
+        buf = 1 - buf
+    for i in range(TM5):
+        m = m0 + (i // 4) * HALF7 + t_row * 4 + i % 4
+        for j in range(TN5):
+            n = n0 + (j // 4) * HALF7 + t_col * 4 + j % 4
+            if m < M and n < N:
+                c[m, n] = acc[i, j]
+
+
+KERNELS = {1: gemm_kernel1, 2: gemm_kernel2, 3: gemm_kernel3, 4: gemm_kernel4, 5: gemm_kernel5, 6: gemm_kernel6,
+           7: gemm_kernel7}
 VERSIONS = {
     1: "naive: one thread per output, threadIdx.x along M (uncoalesced)",
     2: "coalesced: one thread per output, threadIdx.x along N",
@@ -371,9 +552,10 @@ VERSIONS = {
     4: "1-D register blocking: 64 x 64 tile, BK 8, a column of TM 8 outputs per thread",
     5: "2-D register blocking: 128 x 128 tile, BK 8, TM x TN = 8 x 8 outputs per thread",
     6: "wider loads: version 5 + float4 global loads (ld.global.v4.f32) + transposed a tile",
+    7: "version 6 + float4 shared loads (ld.shared.v4.f32), conflict-free layout, double buffering",
 }
-BEST = 6
-"""The version expected to be fastest on an H100-class GPU (to be confirmed by measurement)."""
+BEST = 7
+"""The fastest version measured on an H200 (BENCHMARKS.md: 68% of cuBLAS SGEMM at 4096^3)."""
 
 # Launch configuration of each version: threads per block, static shared memory per block (bytes), outputs per
 # block (tile_m x tile_n), and a lower bound on registers per thread (the accumulators and register fragments
@@ -385,12 +567,14 @@ LAUNCH = {
     4: dict(threads=THREADS4, smem=(BM4 * BK4 + BK4 * BN4) * 4, tile=(BM4, BN4), min_regs=TM4 + 1),
     5: dict(threads=THREADS5, smem=(BM5 * BK5 + BK5 * BN5) * 4, tile=(BM5, BN5), min_regs=TM5 * TN5 + TM5 + TN5),
     6: dict(threads=THREADS5, smem=(BK5 * BM5 + BK5 * BN5) * 4, tile=(BM5, BN5), min_regs=TM5 * TN5 + TM5 + TN5),
+    7: dict(threads=THREADS5, smem=(BUF_ROWS7 * BM5 + BUF_ROWS7 * BN5) * 4, tile=(BM5, BN5),
+            min_regs=TM5 * TN5 + TM5 + TN5 + 8),
 }
 
 # Registers per thread that ptxas (CUDA 13.0, -arch=sm_90) reported for the PTX numba-cuda 0.30.4 emits for
 # these kernels (C-contiguous float32 operands), recorded here without a GPU: a stand-in for the simulator. On a
 # GPU use the compiled kernel's own count, `KERNELS[v].get_regs_per_thread()`, which may differ.
-PTXAS_REGS_SM90 = {1: 31, 2: 31, 3: 32, 4: 46, 5: 126, 6: 126}
+PTXAS_REGS_SM90 = {1: 31, 2: 31, 3: 32, 4: 46, 5: 126, 6: 126, 7: 120}
 
 # H100 (compute capability 9.0) per-SM limits, CUDA C++ Programming Guide, "Compute Capabilities" table.
 H100_SM = dict(regs=65536, smem=228 * 1024, threads=2048, blocks=32, reg_alloc_unit=256, smem_reserved=1024)
@@ -445,8 +629,8 @@ def launch(a, b, out, version: int = BEST) -> None:
     """out (M, N) = a (M, K) @ b (K, N) on float32 device arrays (no checks: `gemm` is the checked entry point)."""
     M, N = out.shape
     grid, block = _grid(version, M, N)
-    if version == 6:
-        KERNELS[6][grid, block](a, b, out, _vec_ok(a), _vec_ok(b))
+    if version in (6, 7):
+        KERNELS[version][grid, block](a, b, out, _vec_ok(a), _vec_ok(b))
     else:
         KERNELS[version][grid, block](a, b, out)
 
@@ -527,7 +711,7 @@ def check(version: int, M: int, N: int, K: int, rng=None) -> float:
 # Shapes for a check on this backend: under the simulator every thread is a Python thread, so they are tiny but
 # never tile multiples; v5/v6 get one shape that spans 2 x 2 block tiles with a partial k-step.
 SIM_CHECK = {1: (37, 45, 33), 2: (37, 45, 33), 3: (20, 45, 50), 4: (37, 70, 33), 5: (130, 129, 17),
-             6: (130, 129, 17)}
+             6: (130, 129, 17), 7: (130, 129, 17)}
 GPU_CHECK = (1027, 2049, 515)
 
 
@@ -561,6 +745,8 @@ def plot_ladder(tflops: dict, cublas: float | None = None, path=None, ax=None, t
         ax.set_title(title or "SGEMM ladder, measured")
         ax.set_ylim(0, 1.3 * max(vals + [H100_FP32_TFLOPS, cublas or 0]))
     else:
+        vs = [v for v in vs if v in BOEHM_A6000]  # the rungs that match his kernels
+        labels = [f"v{v}" for v in vs]
         vals = [BOEHM_A6000[v] for v in vs]
         ax.bar(labels, vals, color="tab:gray", label="Boehm's published numbers (RTX A6000, 4092^2), NOT measured here")
         ax.axhline(100, color="k", ls="--", lw=1, label="cuBLAS = 100%")

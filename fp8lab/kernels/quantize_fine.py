@@ -15,12 +15,18 @@ version 1: two passes: a warp per tile finds the amax and writes scale and inv_s
 version 2: fused: one warp per 1x128 tile; each lane loads 4 elements into registers, warp_max by 5
            shuffles, computes the scale, casts its 4 registers and writes codes and scale (5 bytes per
            element: x read once, no global round trip of the scales).
+version 3: fused and vectorized: 8 lanes per tile (4 tiles per warp, 16 elements per lane), four 16-byte
+           loads per lane (ld.global.v4.f32), 3 shuffles, the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32,
+           one 4-byte store per 4 codes. Needs K % 4 == 0 (aligned loads) and a group of 32..512 elements;
+           elsewhere quantize_tile runs version 2 (same codes, bit for bit). On an H200 it moves a 1 GiB
+           activation at 70-79% of the copy bandwidth (BENCHMARKS.md), version 2 at ~23%. Tuning knobs
+           (module constants, read when the kernel is built): WARPS3, MAX_REGISTERS3, LOAD_NC3.
 The other kernels (one version each):
 row:     one thread block per row: block_max over the row, then the cast (fused, one launch; the second read
          of the row hits L1/L2).
 block:   one thread block per block x block tile: block_max, then the cast (fused; a 128x128 float32 tile is
          64 KiB, more than static shared memory, so the second read comes from L2).
-mx:      the tile kernel of version 2 with groups of 32 (one element per lane) and E8M0 scales.
+mx:      the tile kernel (version 3, or 2 where 3 does not apply) with groups of 32 and E8M0 scales.
 dequantize: elementwise, decode(code) * scale[r // group_rows, c // group_cols], any granularity.
 requantize_tile_to_col: 1 x block tiles of x -> block x 1 tiles, i.e. 1 x block tiles of x.T, from the codes
          and scales only (see `requantize_tile_to_col`).
@@ -63,9 +69,11 @@ import math
 
 import numpy as np
 
-from .. import formats, runtime
+from .. import formats, ptx, runtime
 from ..runtime import WARP_SIZE, cuda
+from .gemm import ld_global_nc_v4_f32, ld_global_v4_f32
 from .quantize import AMAX_FLOOR, ENCODE, FP8_MAX
+from ..runtime import FULL_MASK, shfl_xor_sync
 from .reduce import block_max, nanmax, warp_max
 
 THREADS = runtime.block_threads(256)  # row / block kernels: threads per block (one warp under the simulator)
@@ -79,6 +87,13 @@ MODES = ("amax", "pow2", "mx_floor", "mx_ceil")
 POISON_CODE = 0x7F  # the code every element of a NaN/Inf group gets
 E8M0_NAN = 0xFF
 DECODE = {"e4m3": formats.decode_e4m3, "e5m2": formats.decode_e5m2}
+CVT_X2 = {"e4m3": ptx.cvt_e4m3x2_satfinite, "e5m2": ptx.cvt_e5m2x2_satfinite}  # hardware cvt (sim: twins)
+LANES3 = 8  # version 3: lanes per group (tile or MX group)
+GROUPS3 = WARP_SIZE // LANES3  # version 3: groups per warp
+MAX_GROUP3 = 512  # version 3: largest group (16 float4 per lane, kept in registers)
+WARPS3 = 4  # version 3: warps per block
+MAX_REGISTERS3 = None  # version 3: register cap for the compiler (None: its own choice)
+LOAD_NC3 = False  # version 3: load x through the read-only path (ld.global.nc)
 
 _F32_MAX = np.float32(np.finfo(np.float32).max)
 _F32_NAN = np.float32(np.nan)
@@ -230,6 +245,84 @@ def _make_tile_kernels(fmt: str, gk: int, mode: str):
 
     return tile_amax_kernel1, tile_cast_kernel1, tile_fused_kernel2
 
+
+def _make_tile_kernel3(fmt: str, gk: int, mode: str):
+    cvt_x2 = CVT_X2[fmt]
+    load4 = ld_global_nc_v4_f32 if LOAD_NC3 else ld_global_v4_f32
+    group_scale = _make_group_scale(fmt, mode)
+    vpl = gk // (4 * LANES3)  # float4 loads per lane per group (4 for a 1 x 128 tile, 1 for an MX group of 32)
+    nvals = vpl * 4
+    poison4 = np.uint32(POISON_CODE * 0x01010101)
+    write_codes = mode in ("mx_floor", "mx_ceil")
+
+    def tile_fused_kernel3(x, codes4, scale, scale_codes):
+        """v3: LANES3 = 8 lanes per group, 16-byte loads, the hardware cvt, 4-byte stores.
+
+        A warp takes GROUPS3 = 4 neighbouring groups of one row, 8 lanes each. Lane l of a group owns the
+        float4s l, l + 8, l + 16, ... of it (16 elements of a 1 x 128 tile): every load instruction of the warp
+        reads 4 x 128 contiguous bytes, and all of a lane's loads are issued before the first shuffle (64 bytes
+        in flight per lane). The amax needs 3 shuffles inside the 8 lanes (xor 4, 2, 1) and the scale one
+        division per group; spread over 16 elements per lane instead of 4 (version 2), that per-group work no
+        longer dominates. codes4 is the codes array viewed as uint32 (M, K/4): four codes, packed by two
+        cvt.rn.satfinite.{e4m3,e5m2}x2.f32, leave in one 4-byte store. One unsigned 32-bit division per step
+        finds the row (a 64-bit division by a variable costs ~70 instructions).
+        """
+        vals = cuda.local.array(nvals, np.float32)
+        M, K = x.shape
+        ntk = scale.shape[1]
+        nsets = np.uint32((ntk + GROUPS3 - 1) // GROUPS3)  # sets of 4 groups per row
+        lane = cuda.threadIdx.x % WARP_SIZE
+        sub = lane // LANES3  # which of the warp's 4 groups
+        gl = lane % LANES3  # lane within the group
+        w = np.uint32(cuda.grid(1) // WARP_SIZE)
+        nw = np.uint32(cuda.gridsize(1) // WARP_SIZE)
+        total = np.uint32(M) * nsets
+        while w < total:  # warp-uniform loop: every lane reaches every shuffle
+            r = w // nsets
+            tk = (w - r * nsets) * GROUPS3 + sub
+            k0 = tk * gk
+            for q in range(vpl):
+                c = k0 + (q * LANES3 + gl) * 4
+                v0 = _ZERO
+                v1 = _ZERO
+                v2 = _ZERO
+                v3 = _ZERO
+                if tk < ntk and c < K:  # K % 4 == 0: all four elements exist
+                    v0, v1, v2, v3 = load4(x, r, c)
+                vals[4 * q] = v0
+                vals[4 * q + 1] = v1
+                vals[4 * q + 2] = v2
+                vals[4 * q + 3] = v3
+            m = _ZERO
+            z = _ZERO  # stays 0 unless an element is NaN or +-Inf: then NaN (x * 0), which poisons the group
+            for j in range(nvals):
+                m = max(m, abs(vals[j]))  # a plain max (2 instructions per element instead of nanmax's 6)
+                z += vals[j] * _ZERO
+            m += z
+            off = LANES3 // 2
+            while off > 0:  # xor partners stay inside the lane's group of 8
+                m = nanmax(m, shfl_xor_sync(FULL_MASK, m, off))
+                off //= 2
+            s, inv, code = group_scale(m)
+            if tk < ntk:
+                for q in range(vpl):
+                    c = k0 + (q * LANES3 + gl) * 4
+                    if c < K:
+                        word = poison4
+                        if inv == inv:
+                            lo = cvt_x2(vals[4 * q + 1] * inv, vals[4 * q] * inv)  # element c in the low byte
+                            hi = cvt_x2(vals[4 * q + 3] * inv, vals[4 * q + 2] * inv)
+                            word = np.uint32(lo) | (np.uint32(hi) << np.uint32(16))
+                        codes4[r, c // 4] = word  # little-endian: byte c % 4 of the word is element c
+                if gl == 0:
+                    scale[r, tk] = s
+                    if write_codes:
+                        scale_codes[r, tk] = code
+            w += nw
+
+    if MAX_REGISTERS3 and not runtime.IS_SIM:
+        return cuda.jit(max_registers=MAX_REGISTERS3)(tile_fused_kernel3)
+    return cuda.jit(tile_fused_kernel3)
 
 def _make_row_kernel(fmt: str, mode: str):
     encode = ENCODE[fmt]
@@ -387,7 +480,10 @@ def _tile_kernels(fmt, gk, mode):
 VERSIONS = {
     1: "tile: two passes (amax kernel -> global scales, cast kernel)",
     2: "tile: fused, one warp per 1x128 tile",
+    3: "tile: fused, 8 lanes per tile, 16-byte loads, hardware cvt, 4-byte stores",
 }
+BEST = 3
+"""quantize_tile's default; it falls back to version 2 where version 3 does not apply (`vector_ok`)."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -412,13 +508,43 @@ def _warp_grid(ngroups: int) -> tuple[int, int]:
     return min(MAX_BLOCKS, -(-ngroups // WARPS_PER_BLOCK)), threads
 
 
-def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", version=2, inv_scale=None,
+def vector_ok(x, codes, block: int) -> bool:
+    """Can version 3 run: block a multiple of 32 up to 512, K a multiple of 4, x and codes C-contiguous, x
+    16-byte aligned. (Rows of K float32 then start 16-byte aligned and every lane's float4 is aligned; rows of K
+    codes start 4-byte aligned, so the codes can be stored as uint32.)"""
+    K = x.shape[1]
+    if block % (4 * LANES3) or block > MAX_GROUP3 or K % 4:
+        return False
+    if tuple(x.strides) != (4 * K, 4) or tuple(codes.strides) != (K, 1):
+        return False
+    if not runtime.IS_SIM:
+        if x.__cuda_array_interface__["data"][0] % 16 or codes.__cuda_array_interface__["data"][0] % 4:
+            return False
+    return True
+
+
+def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", version=BEST, inv_scale=None,
                   scale_codes=None):
     """x (M, K) float32 -> codes (M, K) uint8 and scale (M, ceil(K/block)) float32 (device arrays).
 
-    version 1 needs `inv_scale` (scratch, shape of scale) or allocates one. scale_codes: (shape of scale)
-    uint8, written for MX modes only.
+    version 1 needs `inv_scale` (scratch, shape of scale) or allocates one. Version 3 runs where `vector_ok`
+    says it can, else version 2 (same codes, bit for bit). scale_codes: (shape of scale) uint8, written for MX
+    modes only.
     """
+    if version == 3 and not vector_ok(x, codes, block):
+        version = 2
+    if version == 3:
+        if scale_codes is None:
+            scale_codes = cuda.device_array((1, 1), np.uint8)
+        kernel = _cached(("tile3", fmt, block, mode), lambda: _make_tile_kernel3(fmt, block, mode))
+        warps = WARPS3 if not runtime.IS_SIM else 1
+        sets = scale.shape[0] * -(-scale.shape[1] // GROUPS3)
+        if sets >= 2**32 - MAX_BLOCKS * warps:  # w + nw must not wrap around in uint32
+            raise ValueError(f"x has too many groups for quantize_tile version 3 ({sets} sets); use version=2")
+        blocks = min(MAX_BLOCKS, -(-sets // warps))
+        threads = warps * WARP_SIZE
+        kernel[blocks, threads](x, codes.view(np.uint32), scale, scale_codes)
+        return
     amax_k, cast_k, fused_k = _tile_kernels(fmt, block, mode)
     if scale_codes is None:
         scale_codes = cuda.device_array((1, 1), np.uint8)  # unused unless an MX mode
@@ -435,7 +561,7 @@ def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", versio
 
 def quantize_mx(x, codes, scale, scale_codes, *, fmt="e4m3", rule="floor"):
     """x (M, K) -> codes, scale (M, ceil(K/32)) float32 powers of two, scale_codes (same shape) E8M0."""
-    quantize_tile(x, codes, scale, fmt=fmt, block=MX_GROUP, mode="mx_" + rule, version=2,
+    quantize_tile(x, codes, scale, fmt=fmt, block=MX_GROUP, mode="mx_" + rule, version=BEST,
                   scale_codes=scale_codes)
 
 
@@ -525,94 +651,135 @@ def reference_requantize(codes, scale, fmt: str = "e4m3", block: int = 128, mode
 # ----------------------------------------------------------------------------------------------------------------
 
 
+CHECK_SHAPE = {"sim": (6, 300), "gpu": (1027, 7172)}
+"""x for main's bit-exact checks: no side a multiple of 128, K a multiple of 4 (so version 3 runs)."""
+BENCH_SHAPE = (40960, 7168)
+"""x for main's timings on a GPU: 40960 tokens x DeepSeek-V3's hidden size 7168, float32 = 1.09 GiB."""
+
+
+def _torch_tile_quantize(torch, tx):
+    """PyTorch's 1x128 tile quantize (DeepGEMM's per_token_cast_to_fp8, with our AMAX_FLOOR): (codes, scale).
+
+    Both divisions by 448 go through a 0-dim tensor ON THE GPU. With a Python float PyTorch does not divide:
+    `448.0 / amax` is `amax.reciprocal() * 448.0` (Tensor.__rtruediv__), and `amax / 448.0` (a CPU scalar
+    divisor) is `amax * (1 / 448)` in the CUDA kernel (div_true_kernel_cuda). Both differ from the correctly
+    rounded quotient in the last bit for a good part of the amaxes, and then codes and scales differ from
+    every other implementation's.
+    """
+    M, K = tx.shape
+    xv = tx.view(M, K // 128, 128)
+    amax = xv.abs().amax(dim=2, keepdim=True).clamp(min=float(AMAX_FLOOR))
+    fp8_max = torch.full((), FP8_MAX["e4m3"], device=tx.device)
+    codes = (xv * (fp8_max / amax)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(M, K)
+    return codes, (amax / fp8_max).view(M, K // 128)
+
+
 def main() -> None:
+    """Check every kernel bit for bit on CHECK_SHAPE, then time it on BENCH_SHAPE against the copy ceiling."""
     from .. import bench
 
-    M, K = (6, 300) if runtime.IS_SIM else (4096, 7168)
     rng = np.random.default_rng()
-    x = rng.standard_normal((M, K), dtype=np.float32)
-    x[rng.random((M, K)) < 0.01] *= 50  # a few outliers, like LLM activations
-    dx = cuda.to_device(x)
-    ceiling = bench.copy_ceiling_gbs(x.nbytes)
-    rows = []
 
-    def check_and_time(label, granularity, mode, launch, outs, nbytes, block=128):
-        codes, scale, scodes = outs
-        codes.copy_to_device(np.full(x.shape, 0xA5, np.uint8))
-        scale.copy_to_device(np.full(scale.shape, np.nan, np.float32))
-        launch()
-        ref_codes, ref_scale, ref_scodes = reference(x, granularity, block=block, mode=mode)
-        bench.assert_codes_equal(label, codes.copy_to_host(), ref_codes)
-        assert (scale.copy_to_host() == ref_scale).all(), f"{label}: scales differ"
-        if scodes is not None:
-            bench.assert_codes_equal(f"{label} E8M0", scodes.copy_to_host(), ref_scodes)
-        ms = runtime.time_ms(launch)
-        rows.append([label, "ok", runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling)])
+    def activation(shape):
+        x = rng.standard_normal(shape, dtype=np.float32)
+        x[rng.random(shape) < 0.01] *= 50  # a few outliers, like LLM activations
+        return x
 
-    def outs(granularity, block=128, mx=False):
-        sh = scale_shape(granularity, x.shape, block)
-        return (cuda.device_array(x.shape, np.uint8), cuda.device_array(sh, np.float32),
+    def outs(granularity, shape, block=128, mx=False):
+        sh = scale_shape(granularity, shape, block)
+        return (cuda.device_array(shape, np.uint8), cuda.device_array(sh, np.float32),
                 cuda.device_array(sh, np.uint8) if mx else None)
 
-    once = x.nbytes + x.size  # read x once, write one byte per code (scales are < 1% more)
-    for v, desc in VERSIONS.items():
-        o = outs("tile")
-        nbytes = once + (x.nbytes if v == 1 else 0)
-        check_and_time(f"v{v} {desc}", "tile", "amax",
-                       lambda o=o, v=v: quantize_tile(dx, o[0], o[1], version=v), o, nbytes)
-    o = outs("row")
-    check_and_time("row: block per row, fused", "row", "amax", lambda: quantize_row(dx, o[0], o[1]), o, once)
-    o = outs("block")
-    check_and_time("block 128x128: block per tile, fused", "block", "amax",
-                   lambda: quantize_block(dx, o[0], o[1]), o, once)
-    for rule in ("floor", "ceil"):
-        o = outs("mx", mx=True)
-        check_and_time(f"mx ({rule}): warp per 32, E8M0 scales", "mx", "mx_" + rule,
-                       lambda o=o, rule=rule: quantize_mx(dx, o[0], o[1], o[2], rule=rule), o, once)
-    o = outs("tile")
-    check_and_time("tile, pow2 scales (v2)", "tile", "pow2",
-                   lambda: quantize_tile(dx, o[0], o[1], mode="pow2"), o, once)
+    # (label, granularity, mode, launch(dx, outs), bytes moved per element besides x's read and the codes' write)
+    kernels = [(f"v{v} {desc}", "tile", "amax", lambda dx, o, v=v: quantize_tile(dx, o[0], o[1], version=v))
+               for v, desc in VERSIONS.items()]
+    kernels += [
+        ("row: block per row, fused", "row", "amax", lambda dx, o: quantize_row(dx, o[0], o[1])),
+        ("block 128x128: block per tile, fused", "block", "amax", lambda dx, o: quantize_block(dx, o[0], o[1])),
+        ("mx (floor): warp per 32, E8M0 scales", "mx", "mx_floor",
+         lambda dx, o: quantize_mx(dx, o[0], o[1], o[2], rule="floor")),
+        ("mx (ceil): warp per 32, E8M0 scales", "mx", "mx_ceil",
+         lambda dx, o: quantize_mx(dx, o[0], o[1], o[2], rule="ceil")),
+        (f"tile, pow2 scales (v{BEST})", "tile", "pow2", lambda dx, o: quantize_tile(dx, o[0], o[1], mode="pow2")),
+    ]
 
-    # dequantize and requantize, from the tile codes
+    # 1. bit-exact checks against the NumPy reference (poisoned outputs)
+    M, K = CHECK_SHAPE["sim" if runtime.IS_SIM else "gpu"]
+    x = activation((M, K))
+    dx = cuda.to_device(x)
+    for label, granularity, mode, launch in kernels:
+        o = outs(granularity, x.shape, mx=granularity == "mx")
+        o[0].copy_to_device(np.full(x.shape, 0xA5, np.uint8))
+        o[1].copy_to_device(np.full(o[1].shape, np.nan, np.float32))
+        launch(dx, o)
+        ref_codes, ref_scale, ref_scodes = reference(x, granularity, mode=mode)
+        bench.assert_codes_equal(label, o[0].copy_to_host(), ref_codes)
+        assert (o[1].copy_to_host() == ref_scale).all(), f"{label}: scales differ"
+        if o[2] is not None:
+            bench.assert_codes_equal(f"{label} E8M0", o[2].copy_to_host(), ref_scodes)
     codes, scale, _ = reference(x, "tile")
     dcodes, dscale = cuda.to_device(codes), cuda.to_device(scale)
     out = bench.poisoned(x.shape, np.float32)
     dequantize(dcodes, dscale, 1, 128, out)
-    ref = reference_dequantize(codes, scale, 1, 128)
-    assert np.array_equal(out.copy_to_host(), ref, equal_nan=True), "dequantize differs"
-    ms = runtime.time_ms(lambda: dequantize(dcodes, dscale, 1, 128, out))
-    nbytes = x.size + x.nbytes
-    rows.append(["dequantize (tile)", "ok", runtime.fmt_ms(ms), bench.gbs(nbytes, ms),
-                 bench.of_ceiling(nbytes, ms, ceiling)])
+    assert np.array_equal(out.copy_to_host(), reference_dequantize(codes, scale, 1, 128), equal_nan=True), \
+        "dequantize differs"
     ct = cuda.to_device(np.full((K, M), 0xA5, np.uint8))
     st = bench.poisoned((K, -(-M // 128)), np.float32)
     requantize_tile_to_col(dcodes, dscale, ct, st)
     ref_ct, ref_st = reference_requantize(codes, scale)
     bench.assert_codes_equal("requantize", ct.copy_to_host(), ref_ct)
     assert (st.copy_to_host() == ref_st).all(), "requantize: scales differ"
+    print(f"checks ({runtime.backend}, x {M} x {K}): every kernel is bit-exact with the NumPy reference")
+
+    if runtime.IS_SIM:
+        print("simulator: nothing is timed (CUDA events report -1 and Python threads say nothing about a GPU).")
+        return
+
+    # 2. timings on a 1 GiB activation; bytes = x read + codes written + scales written (+ a second read of x
+    #    and the scale round trip for the two-pass version 1)
+    M, K = BENCH_SHAPE
+    x = activation((M, K))
+    dx = cuda.to_device(x)
+    ceiling = bench.copy_ceiling_gbs(x.nbytes)
+    rows = []
+    for label, granularity, mode, launch in kernels:
+        o = outs(granularity, x.shape, mx=granularity == "mx")
+        nbytes = x.nbytes + x.size + o[1].nbytes + (o[2].nbytes if o[2] is not None else 0)
+        if label.startswith("v1 "):
+            nbytes += x.nbytes + 3 * o[1].nbytes  # x again; inv_scale written, then read back
+        ms = runtime.time_ms(lambda: launch(dx, o))
+        rows.append([label, runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling)])
+    codes, scale, _ = reference(x[:8], "tile")  # dequantize / requantize inputs: any valid codes will do
+    dcodes = cuda.to_device(np.resize(codes, x.shape))
+    dscale = cuda.to_device(np.resize(scale, (M, K // 128)))
+    out = cuda.device_array(x.shape, np.float32)
+    ms = runtime.time_ms(lambda: dequantize(dcodes, dscale, 1, 128, out))
+    nbytes = x.size + dscale.nbytes + x.nbytes
+    rows.append(["dequantize (tile)", runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling)])
+    ct = cuda.device_array((K, M), np.uint8)
+    st = cuda.device_array((K, -(-M // 128)), np.float32)
     ms = runtime.time_ms(lambda: requantize_tile_to_col(dcodes, dscale, ct, st))
-    nbytes = 2 * x.size
-    rows.append(["requantize 1x128 -> 128x1 (x.T)", "ok", runtime.fmt_ms(ms), bench.gbs(nbytes, ms),
+    nbytes = 2 * x.size + dscale.nbytes + st.nbytes
+    rows.append(["requantize 1x128 -> 128x1 (x.T)", runtime.fmt_ms(ms), bench.gbs(nbytes, ms),
                  bench.of_ceiling(nbytes, ms, ceiling)])
 
     torch = bench.torch_cuda()
-    if torch is not None and K % 128 == 0:  # DeepGEMM's per_token_cast_to_fp8, with our AMAX_FLOOR
+    if torch is not None:
         tx = torch.from_numpy(x).cuda()
-
-        def torch_tile():
-            xv = tx.view(M, -1, 128)
-            amax = xv.abs().amax(dim=2, keepdim=True).clamp(min=float(AMAX_FLOOR))
-            return (xv * (448.0 / amax)).clamp(-448, 448).to(torch.float8_e4m3fn).view(M, K), amax / 448.0
-
-        ref_codes = reference(x, "tile")[0]
-        ok = "ok" if (torch_tile()[0].view(torch.uint8).cpu().numpy() == ref_codes).all() else "differs"
-        ms = bench.torch_time_ms(torch, torch_tile)
-        rows.append(["torch: per_token_cast_to_fp8 (DeepGEMM)", ok, runtime.fmt_ms(ms), bench.gbs(once, ms),
-                     bench.of_ceiling(once, ms, ceiling)])
+        tcodes, tscale = _torch_tile_quantize(torch, tx)
+        o = outs("tile", x.shape)
+        quantize_tile(dx, o[0], o[1])
+        ncodes = int((tcodes.view(torch.uint8).cpu().numpy() != o[0].copy_to_host()).sum())
+        nscales = int((tscale.cpu().numpy() != o[1].copy_to_host()).sum())
+        same = "bit-exact" if ncodes == nscales == 0 else f"{ncodes} codes, {nscales} scales DIFFER"
+        nbytes = x.nbytes + x.size + o[1].nbytes
+        ms = bench.torch_time_ms(torch, lambda: _torch_tile_quantize(torch, tx))
+        rows.append([f"torch: amax, scale, .to(float8_e4m3fn) ({same})",
+                     runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling)])
     bench.print_table(
-        f"fine-grained E4M3 quantize, x ({M}, {K}) ({runtime.backend}); copy ceiling "
-        f"{'-' if ceiling is None else f'{ceiling:,.0f} GB/s'}",
-        ["kernel", "check", "time", "GB/s", "of copy"],
+        f"fine-grained E4M3 quantize, x ({M}, {K}) float32 = {x.nbytes / 2**30:.2f} GiB ({runtime.backend}); "
+        f"copy ceiling {ceiling:,.0f} GB/s (same run); bytes = read + written, scales included",
+        ["kernel", "time", "GB/s", "of copy"],
         rows,
     )
 
