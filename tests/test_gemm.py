@@ -87,7 +87,7 @@ def test_gemm_public_function_numpy_and_device(rng):
     (dict(a=np.ones((0, 5), np.float32), b=np.ones((5, 3), np.float32)), ValueError, "a"),   # empty
     (dict(a=np.ones((4, 5), np.float32), b=np.ones((5, 0), np.float32)), ValueError, "b"),
     (dict(a="x", b=np.ones((5, 3), np.float32)), TypeError, "a"),
-    (dict(a=np.ones((4, 5), np.float32), b=np.ones((5, 3), np.float32), version=7), ValueError, "version"),
+    (dict(a=np.ones((4, 5), np.float32), b=np.ones((5, 3), np.float32), version=8), ValueError, "version"),
     (dict(a=np.ones((4, 5), np.float32), b=np.ones((5, 3), np.float32), version="5"), TypeError, "version"),
     (dict(a=np.ones((4, 5), np.float32), b=np.ones((5, 3), np.float32), version=True), TypeError, "version"),
     (dict(a=np.ones((4, 5), np.float32), b=np.ones((5, 3), np.float32), out=np.ones((3, 4), np.float32)),

@@ -362,6 +362,28 @@ def gemm_kernel5(a, b, c):
                 c[m, n] = acc[i, j]
 
 
+@cuda.jit(device=True)
+def _load4(x, i, j, rows, cols, vec):
+    """x[i, j:j+4] as four float32, 0 outside the matrix; one 16-byte load when vec and all four exist."""
+    x0 = np.float32(0)
+    x1 = np.float32(0)
+    x2 = np.float32(0)
+    x3 = np.float32(0)
+    if i < rows:
+        if vec != 0 and j + 3 < cols:
+            x0, x1, x2, x3 = ld_global_v4_f32(x, i, j)
+        else:
+            if j < cols:
+                x0 = x[i, j]
+            if j + 1 < cols:
+                x1 = x[i, j + 1]
+            if j + 2 < cols:
+                x2 = x[i, j + 2]
+            if j + 3 < cols:
+                x3 = x[i, j + 3]
+    return x0, x1, x2, x3
+
+
 @cuda.jit
 def gemm_kernel6(a, b, c, vec_a, vec_b):
     """Version 5 with float4 global loads and a transposed a tile. Launch as version 5.
@@ -389,46 +411,12 @@ def gemm_kernel6(a, b, c, vec_a, vec_b):
         for j in range(TN5):
             acc[i, j] = np.float32(0)
     for k0 in range(0, K, BK5):
-        m = m0 + row_a
-        k = k0 + col_a
-        x0 = np.float32(0)
-        x1 = np.float32(0)
-        x2 = np.float32(0)
-        x3 = np.float32(0)
-        if m < M:
-            if vec_a != 0 and k + 3 < K:
-                x0, x1, x2, x3 = ld_global_v4_f32(a, m, k)  # one 16-byte load instead of four
-            else:
-                if k < K:
-                    x0 = a[m, k]
-                if k + 1 < K:
-                    x1 = a[m, k + 1]
-                if k + 2 < K:
-                    x2 = a[m, k + 2]
-                if k + 3 < K:
-                    x3 = a[m, k + 3]
+        x0, x1, x2, x3 = _load4(a, m0 + row_a, k0 + col_a, M, K, vec_a)  # one 16-byte load instead of four
         sat[col_a, row_a] = x0  # stored transposed: the compute loop below reads a row of sat
         sat[col_a + 1, row_a] = x1
         sat[col_a + 2, row_a] = x2
         sat[col_a + 3, row_a] = x3
-        k = k0 + row_b
-        n = n0 + col_b
-        y0 = np.float32(0)
-        y1 = np.float32(0)
-        y2 = np.float32(0)
-        y3 = np.float32(0)
-        if k < K:
-            if vec_b != 0 and n + 3 < N:
-                y0, y1, y2, y3 = ld_global_v4_f32(b, k, n)
-            else:
-                if n < N:
-                    y0 = b[k, n]
-                if n + 1 < N:
-                    y1 = b[k, n + 1]
-                if n + 2 < N:
-                    y2 = b[k, n + 2]
-                if n + 3 < N:
-                    y3 = b[k, n + 3]
+        y0, y1, y2, y3 = _load4(b, k0 + row_b, n0 + col_b, K, N, vec_b)
         sb[row_b, col_b] = y0
         sb[row_b, col_b + 1] = y1
         sb[row_b, col_b + 2] = y2
@@ -449,28 +437,6 @@ def gemm_kernel6(a, b, c, vec_a, vec_b):
             n = n0 + t_col * TN5 + j
             if m < M and n < N:
                 c[m, n] = acc[i, j]
-
-
-@cuda.jit(device=True)
-def _load4(x, i, j, rows, cols, vec):
-    """x[i, j:j+4] as four float32, 0 outside the matrix; one 16-byte load when vec and all four exist."""
-    x0 = np.float32(0)
-    x1 = np.float32(0)
-    x2 = np.float32(0)
-    x3 = np.float32(0)
-    if i < rows:
-        if vec != 0 and j + 3 < cols:
-            x0, x1, x2, x3 = ld_global_v4_f32(x, i, j)
-        else:
-            if j < cols:
-                x0 = x[i, j]
-            if j + 1 < cols:
-                x1 = x[i, j + 1]
-            if j + 2 < cols:
-                x2 = x[i, j + 2]
-            if j + 3 < cols:
-                x3 = x[i, j + 3]
-    return x0, x1, x2, x3
 
 
 @cuda.jit
