@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 
 from . import _backend
 
@@ -63,9 +64,16 @@ def synchronize() -> None:
         cuda.synchronize()
 
 
+WARMUP_MS = 50.0
+"""Least wall time of warm-up calls before timing (when warmup > 0): an idle GPU runs at low clocks and needs a
+few tens of milliseconds of work to reach its boost clock; two warm-up launches of a 0.5 ms kernel are not
+enough, and then a compute-heavy kernel looks slower than it is next to a memory-bound copy."""
+
+
 def time_ms(fn, *, warmup: int = 2, repeat: int = 10) -> float | None:
     """Median time of `fn()` in milliseconds, measured with CUDA events.
 
+    Warm-up: `warmup` calls, then more until WARMUP_MS of wall time has passed (none when warmup is 0).
     Returns None under the simulator ("not measured"): its events are synchronous and report -1, and a
     Python-threads timing says nothing about a GPU.
     """
@@ -74,6 +82,10 @@ def time_ms(fn, *, warmup: int = 2, repeat: int = 10) -> float | None:
     for _ in range(warmup):
         fn()
     cuda.synchronize()
+    t0 = time.perf_counter()
+    while warmup > 0 and (time.perf_counter() - t0) * 1e3 < WARMUP_MS:
+        fn()
+        cuda.synchronize()
     times = []
     for _ in range(repeat):
         start, stop = cuda.event(), cuda.event()

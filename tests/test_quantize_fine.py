@@ -270,6 +270,8 @@ def test_partial_group_amax_is_over_existing_elements(rng):
     assert formats.decode(q.data[0, 128]) == 448 and formats.decode(q.data[1, 128]) == 448
 
 
+# the simulator's NumPy scalars warn about version 3's x * 0 flag; pytest.warns below re-emits what it does not match
+@pytest.mark.filterwarnings("ignore:invalid value encountered in scalar multiply:RuntimeWarning")
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("granularity", ["tile", "mx"])
 def test_nonfinite_poisons_its_group_only(rng, bad, granularity):
