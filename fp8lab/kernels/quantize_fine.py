@@ -19,7 +19,7 @@ version 3: fused and vectorized: 8 lanes per tile (4 tiles per warp, 16 elements
            loads per lane (ld.global.v4.f32), 3 shuffles, the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32,
            one 4-byte store per 4 codes. Needs K % 4 == 0 (aligned loads) and a group of 32..512 elements;
            elsewhere quantize_tile runs version 2 (same codes, bit for bit). On an H200 it moves a 1 GiB
-           activation at 70-79% of the copy bandwidth (BENCHMARKS.md), version 2 at ~23%. Tuning knobs
+           activation at 77-78% of the copy bandwidth (BENCHMARKS.md), version 2 at ~23%. Tuning knobs
            (module constants, read when the kernel is built): WARPS3, MAX_REGISTERS3, LOAD_NC3.
 The other kernels (one version each):
 row:     one thread block per row: block_max over the row, then the cast (fused, one launch; the second read
