@@ -112,18 +112,11 @@ def torch_cuda():
 
 
 def torch_time_ms(torch, fn, warmup: int = 3, repeat: int = 20) -> float:
-    """Median time of a PyTorch callable with CUDA events (the ceiling measured in the same run); warmed up like
-    runtime.time_ms (`warmup` calls, then until runtime.WARMUP_MS has passed)."""
+    """Median time of a PyTorch callable with CUDA events (the ceiling measured in the same run), warmed up as
+    runtime.time_ms warms up."""
     import statistics
-    import time
 
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    while warmup > 0 and (time.perf_counter() - t0) * 1e3 < runtime.WARMUP_MS:
-        fn()
-        torch.cuda.synchronize()
+    runtime.warm_up(fn, warmup, torch.cuda.synchronize)
     times = []
     for _ in range(repeat):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -70,22 +70,27 @@ few tens of milliseconds of work to reach its boost clock; two warm-up launches 
 enough, and then a compute-heavy kernel looks slower than it is next to a memory-bound copy."""
 
 
-def time_ms(fn, *, warmup: int = 2, repeat: int = 10) -> float | None:
-    """Median time of `fn()` in milliseconds, measured with CUDA events.
+def warm_up(fn, calls: int, sync) -> None:
+    """`calls` calls of fn, then more until WARMUP_MS of wall time has passed (nothing when calls is 0); `sync`
+    waits for the device (numba's or torch's synchronize)."""
+    for _ in range(calls):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    while calls > 0 and (time.perf_counter() - t0) * 1e3 < WARMUP_MS:
+        fn()
+        sync()
 
-    Warm-up: `warmup` calls, then more until WARMUP_MS of wall time has passed (none when warmup is 0).
+
+def time_ms(fn, *, warmup: int = 2, repeat: int = 10) -> float | None:
+    """Median time of `fn()` in milliseconds, measured with CUDA events, after `warm_up(fn, warmup)`.
+
     Returns None under the simulator ("not measured"): its events are synchronous and report -1, and a
     Python-threads timing says nothing about a GPU.
     """
     if IS_SIM:
         return None
-    for _ in range(warmup):
-        fn()
-    cuda.synchronize()
-    t0 = time.perf_counter()
-    while warmup > 0 and (time.perf_counter() - t0) * 1e3 < WARMUP_MS:
-        fn()
-        cuda.synchronize()
+    warm_up(fn, warmup, cuda.synchronize)
     times = []
     for _ in range(repeat):
         start, stop = cuda.event(), cuda.event()

@@ -66,7 +66,7 @@ import numpy as np
 from .. import _validate as V
 from .. import accum, formats, ptx, runtime
 from ..runtime import cuda
-from .gemm import ld_shared_v4_f32
+from .gemm import _vec_ok, ld_shared_v4_f32
 
 GROUP_K = 128  # K elements per scale group (DeepSeek's 1 x 128 tiles, 128 x 128 blocks) = BLOCK_K of version 2
 ALIGN = accum.GROUP  # products per alignment group of the limited accumulator (32)
@@ -483,26 +483,16 @@ def launch(a, sa, b, sb, out, a_kind, b_kind, fmt_a="e4m3", fmt_b="e4m3", bits=-
         if key not in _KERNELS:
             _KERNELS[key] = _make_kernel3(a_kind, b_kind, fmt_a, fmt_b)
         grid = ((N + BN3 - 1) // BN3, (M + BM3 - 1) // BM3)
-        va, vb = _vec4_ok(a), _vec4_ok(b)
-        _KERNELS[key][grid, THREADS3](a, a.view(np.uint32) if va else _DUMMY4(), sa2,
-                                      b, b.view(np.uint32) if vb else _DUMMY4(), sb2, out, va, vb)
+        va, vb = _vec_ok(a, 4), _vec_ok(b, 4)  # rows of codes readable as aligned uint32
+        _KERNELS[key][grid, THREADS3](a, a.view(np.uint32) if va else _dummy_u32(), sa2,
+                                      b, b.view(np.uint32) if vb else _dummy_u32(), sb2, out, va, vb)
         return
     k = kernels(a_kind, b_kind, bits, promote)[version]
     grid = ((N + TILE - 1) // TILE, (M + TILE - 1) // TILE)
     k[grid, (TILE, TILE)](a, sa2, b, sb2, _lut(fmt_a), _lut(fmt_b), out)
 
 
-def _vec4_ok(x) -> int:
-    """1 when x[r, 4j : 4j + 4] (uint8 codes) may be read as one aligned uint32: C-contiguous, K % 4 == 0."""
-    rows, K = x.shape
-    if K % 4 or tuple(x.strides) != (K, 1):
-        return 0
-    if not runtime.IS_SIM and x.__cuda_array_interface__["data"][0] % 4:
-        return 0
-    return 1
-
-
-def _DUMMY4():
+def _dummy_u32():
     return cuda.device_array((1, 1), np.uint32)  # stands in for the uint32 view when it cannot be used
 
 

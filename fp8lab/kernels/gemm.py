@@ -571,13 +571,16 @@ def occupancy(version: int, regs_per_thread: int | None = None) -> dict:
                 occupancy=blocks * warps / (lim["threads"] // 32))
 
 
-def _vec_ok(x) -> int:
-    """1 when 16-byte loads of x[i, 4j : 4j + 4] are aligned: contiguous rows of a multiple of 4 floats, aligned base."""
+def _vec_ok(x, nbytes: int = 16) -> int:
+    """1 when x[i, j : j + n] (n elements of nbytes) may be read with one aligned nbytes-wide access for every j that
+    is a multiple of n: contiguous rows whose length in bytes is a multiple of nbytes, nbytes-aligned base.
+    The default, 16, is a float4 of a float32 array; fp8_gemm and quantize_fine also ask for 4 bytes of uint8 codes."""
     rows, cols = x.shape
-    if cols % 4 or tuple(x.strides) != (cols * 4, 4):
+    item = x.dtype.itemsize
+    if (cols * item) % nbytes or tuple(x.strides) != (cols * item, item):
         return 0
     if HARDWARE:
-        if x.__cuda_array_interface__["data"][0] % 16:
+        if x.__cuda_array_interface__["data"][0] % nbytes:
             return 0
     return 1
 

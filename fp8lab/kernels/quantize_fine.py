@@ -71,10 +71,9 @@ import warnings
 import numpy as np
 
 from .. import formats, ptx, runtime
-from ..runtime import WARP_SIZE, cuda
-from .gemm import ld_global_nc_v4_f32, ld_global_v4_f32
+from ..runtime import FULL_MASK, WARP_SIZE, cuda, shfl_xor_sync
+from .gemm import _vec_ok, ld_global_nc_v4_f32, ld_global_v4_f32
 from .quantize import AMAX_FLOOR, ENCODE, FP8_MAX
-from ..runtime import FULL_MASK, shfl_xor_sync
 from .reduce import block_max, nanmax, warp_max
 
 THREADS = runtime.block_threads(256)  # row / block kernels: threads per block (one warp under the simulator)
@@ -328,6 +327,7 @@ def _make_tile_kernel3(fmt: str, gk: int, mode: str):
         return cuda.jit(max_registers=MAX_REGISTERS3)(tile_fused_kernel3)
     return cuda.jit(tile_fused_kernel3)
 
+
 def _make_row_kernel(fmt: str, mode: str):
     encode = ENCODE[fmt]
     group_scale = _make_group_scale(fmt, mode)
@@ -513,18 +513,11 @@ def _warp_grid(ngroups: int) -> tuple[int, int]:
 
 
 def vector_ok(x, codes, block: int) -> bool:
-    """Can version 3 run: block a multiple of 32 up to 512, K a multiple of 4, x and codes C-contiguous, x
-    16-byte aligned. (Rows of K float32 then start 16-byte aligned and every lane's float4 is aligned; rows of K
-    codes start 4-byte aligned, so the codes can be stored as uint32.)"""
-    K = x.shape[1]
-    if block % (4 * LANES3) or block > MAX_GROUP3 or K % 4:
+    """Can version 3 run: block a multiple of 32 up to 512, rows of x readable as aligned float4 and rows of codes
+    writable as aligned uint32 (both C-contiguous, K a multiple of 4, x 16-byte and codes 4-byte aligned)."""
+    if block % (4 * LANES3) or block > MAX_GROUP3:
         return False
-    if tuple(x.strides) != (4 * K, 4) or tuple(codes.strides) != (K, 1):
-        return False
-    if not runtime.IS_SIM:
-        if x.__cuda_array_interface__["data"][0] % 16 or codes.__cuda_array_interface__["data"][0] % 4:
-            return False
-    return True
+    return bool(_vec_ok(x, 16) and _vec_ok(codes, 4))
 
 
 def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", version=BEST, inv_scale=None,
