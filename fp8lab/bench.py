@@ -112,14 +112,18 @@ def torch_cuda():
 
 
 def torch_time_ms(torch, fn, warmup: int = 3, repeat: int = 20) -> float:
-    """Median time of a PyTorch callable with CUDA events (the ceiling measured in the same run), warmed up as
-    runtime.time_ms warms up."""
+    """Median GPU time of a PyTorch callable with CUDA events (the ceiling measured in the same run), warmed up
+    and held as runtime.time_ms does. The hold runs on numba's default stream, the legacy NULL stream, so it
+    orders PyTorch's work only while PyTorch's current stream is that stream too (its default)."""
     import statistics
 
-    runtime.warm_up(fn, warmup, torch.cuda.synchronize)
+    hold = runtime.hold_ms(runtime.warm_up(fn, warmup, torch.cuda.synchronize))
+    on_null_stream = torch.cuda.current_stream().cuda_stream == 0
     times = []
     for _ in range(repeat):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if on_null_stream:
+            runtime.hold_gpu(hold)
         s.record()
         fn()
         e.record()

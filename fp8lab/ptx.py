@@ -7,6 +7,7 @@ What is here:
   llvmlite's `InlineAsm` (`cvt_x2_intrinsic` builds them);
 - `encode_e4m3_sat_hw(x)`, `encode_e5m2_sat_hw(x)`: device functions returning one code (int 0..255), the low
   byte of the instruction applied to (0, x), as CUDA's `__nv_cvt_float_to_fp8` does;
+- `globaltimer_ns()`: the GPU's nanosecond clock (`mov.u64 d, %globaltimer;`), for `runtime.hold_gpu`;
 - `decode_e4m3x2(codes16)`, `decode_e5m2x2(codes16)`: two FP8 codes packed in a uint16 -> (float32 of the low
   byte, float32 of the high byte), through `cvt.rn.f16x2.{e4m3x2,e5m2x2}` and two `cvt.f32.f16` (exact);
 - `encode_e4m3_sat_hw_kernel(x, codes)`: a grid-stride kernel, codes[i] = encode_e4m3_sat_hw(x[i]), and
@@ -45,6 +46,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -64,6 +66,7 @@ __all__ = [
     "decode_x2_intrinsic",
     "decode_e4m3x2",
     "decode_e5m2x2",
+    "globaltimer_ns",
     "encode_e4m3_sat_hw_kernel",
     "encode_e4m3_sat_sw_kernel",
     "ENCODE_KERNEL_SIGNATURE",
@@ -192,8 +195,32 @@ def _twin_cvt_e5m2x2_satfinite(hi, lo):
     """Software twin of cvt.rn.satfinite.e5m2x2.f32: (code(hi) << 8) | code(lo)."""
     return (formats.encode_e5m2_sat(hi) << 8) | formats.encode_e5m2_sat(lo)
 
+def globaltimer_intrinsic():
+    """An @intrinsic `globaltimer_ns() -> uint64`: PTX's %globaltimer, a nanosecond clock shared by the GPU (GPU
+    only). The asm is marked as having side effects, so the compiler neither merges two reads nor hoists one
+    out of a loop."""
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def globaltimer_ns(typingctx):
+        sig = types.uint64()
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.IntType(64), [])
+            return builder.call(ir.InlineAsm(fnty, "mov.u64 $0, %globaltimer;", "=l", side_effect=True), [])
+
+        return sig, codegen
+
+    return intrinsic(globaltimer_ns)
+
+
+def _twin_globaltimer_ns():
+    return np.uint64(time.perf_counter_ns())
+
 
 if HARDWARE:
+    globaltimer_ns = globaltimer_intrinsic()
     cvt_e4m3x2_satfinite = cvt_x2_intrinsic(CVT_E4M3X2)
     cvt_e5m2x2_satfinite = cvt_x2_intrinsic(CVT_E5M2X2)
     encode_e4m3_sat_hw = cuda.jit(device=True)(_hw_encode_e4m3_sat)
@@ -201,6 +228,7 @@ if HARDWARE:
     decode_e4m3x2 = decode_x2_intrinsic(CVT_F16X2_E4M3X2)
     decode_e5m2x2 = decode_x2_intrinsic(CVT_F16X2_E5M2X2)
 else:
+    globaltimer_ns = cuda.jit(device=True)(_twin_globaltimer_ns)
     cvt_e4m3x2_satfinite = cuda.jit(device=True)(_twin_cvt_e4m3x2_satfinite)
     cvt_e5m2x2_satfinite = cuda.jit(device=True)(_twin_cvt_e5m2x2_satfinite)
     encode_e4m3_sat_hw = formats.encode_e4m3_sat

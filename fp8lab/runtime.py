@@ -13,6 +13,8 @@ import math
 import statistics
 import time
 
+import numpy as np
+
 from . import _backend
 
 backend, backend_reason = _backend.select()
@@ -69,37 +71,114 @@ WARMUP_MS = 50.0
 few tens of milliseconds of work to reach its boost clock; two warm-up launches of a 0.5 ms kernel are not
 enough, and then a compute-heavy kernel looks slower than it is next to a memory-bound copy."""
 
+HOLD_MARGIN_MS = 0.05
+HOLD_MAX_MS = 20.0
+"""time_ms holds the GPU for twice Python's time to enqueue fn, plus HOLD_MARGIN_MS, at most HOLD_MAX_MS."""
 
-def warm_up(fn, calls: int, sync) -> None:
+
+def warm_up(fn, calls: int, sync) -> float | None:
     """`calls` calls of fn, then more until WARMUP_MS of wall time has passed (nothing when calls is 0); `sync`
-    waits for the device (numba's or torch's synchronize)."""
+    waits for the device (numba's or torch's synchronize).
+
+    Returns the median wall time in seconds of one `fn()` call on an idle device, the first call left out (it
+    may compile): what Python needs to enqueue fn's work. None when calls is 0.
+    """
+    enqueue = []
     for _ in range(calls):
+        t = time.perf_counter()
         fn()
-    sync()
+        enqueue.append(time.perf_counter() - t)
+        sync()
     t0 = time.perf_counter()
     while calls > 0 and (time.perf_counter() - t0) * 1e3 < WARMUP_MS:
+        t = time.perf_counter()
         fn()
+        enqueue.append(time.perf_counter() - t)
         sync()
+    return statistics.median(enqueue[1:] or enqueue) if enqueue else None
+
+
+def hold_ms(enqueue_s: float | None) -> float:
+    """How long to hold the GPU before timing a call whose enqueue takes enqueue_s seconds (None: unknown)."""
+    if enqueue_s is None:
+        return HOLD_MAX_MS
+    return min(HOLD_MAX_MS, 2e3 * enqueue_s + HOLD_MARGIN_MS)
+
+
+_hold_kernel = None
+
+
+def hold_gpu(ms: float) -> None:
+    """Keep the GPU busy for `ms` milliseconds: one thread spins on %globaltimer (fp8lab.ptx.globaltimer_ns) on
+    the default stream, and work enqueued behind it meanwhile runs back to back when it ends. Under the
+    simulator the same kernel spins on the host's clock."""
+    global _hold_kernel
+    if _hold_kernel is None:
+        from .ptx import globaltimer_ns
+
+        @cuda.jit
+        def hold_kernel(ns):
+            t0 = globaltimer_ns()
+            spins = np.uint64(0)
+            while globaltimer_ns() - t0 < ns and spins < ns:  # spins: a bound, should the clock ever stall
+                spins += np.uint64(1)
+
+        _hold_kernel = hold_kernel
+    _hold_kernel[1, 1](np.uint64(ms * 1e6))
 
 
 def time_ms(fn, *, warmup: int = 2, repeat: int = 10) -> float | None:
-    """Median time of `fn()` in milliseconds, measured with CUDA events, after `warm_up(fn, warmup)`.
+    """Median GPU time of `fn()` in milliseconds, measured with CUDA events, after `warm_up(fn, warmup)`.
+
+    Before each timed call the GPU is held (`hold_gpu`) for twice the time Python needs to enqueue fn, so the
+    start event fires only once fn's kernels are all queued: the events then measure the GPU's work, not the
+    GPU waiting for Python (numba's launch costs ~7 us plus ~4 us per array argument, 10-15% of a 0.4 ms
+    kernel). nvbench's "blocking kernel" does the same. `launch_ms` measures the Python side.
 
     Returns None under the simulator ("not measured"): its events are synchronous and report -1, and a
     Python-threads timing says nothing about a GPU.
     """
     if IS_SIM:
         return None
-    warm_up(fn, warmup, cuda.synchronize)
+    hold = hold_ms(warm_up(fn, warmup, cuda.synchronize))
     times = []
     for _ in range(repeat):
         start, stop = cuda.event(), cuda.event()
+        hold_gpu(hold)
         start.record()
         fn()
         stop.record()
         stop.synchronize()
         times.append(cuda.event_elapsed_time(start, stop))
     return statistics.median(times)
+
+
+def launch_ms(fn, *, repeat: int = 20) -> float | None:
+    """Median wall time of one `fn()` call from Python until the GPU has finished it (enqueue, run, synchronize),
+    in milliseconds: what a Python loop of such calls pays per call. None under the simulator."""
+    if IS_SIM:
+        return None
+    fn()
+    cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+_UNUSED: dict = {}
+
+
+def unused_array(dtype, ndim: int = 2):
+    """A (1, ..., 1) device array of dtype to pass where a kernel takes an array it will not touch: allocated
+    once and cached, since an allocation per launch costs more than the launch itself."""
+    key = (np.dtype(dtype), ndim)
+    if key not in _UNUSED:
+        _UNUSED[key] = cuda.device_array((1,) * ndim, dtype)
+    return _UNUSED[key]
 
 
 def fmt_ms(ms: float | None) -> str:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 import fp8lab
-from fp8lab import runtime
+from fp8lab import bench, runtime
 from fp8lab.runtime import FULL_MASK, cuda, shfl_down_sync, shfl_xor_sync
 
 
@@ -136,8 +137,57 @@ def test_time_ms():
     ms = runtime.time_ms(lambda: None)
     if runtime.IS_SIM:
         assert ms is None and runtime.fmt_ms(ms) == "not measured (simulator)"
+        assert runtime.launch_ms(lambda: None) is None
     else:
         assert ms >= 0
+
+
+def test_hold_gpu_holds_for_the_time_asked():
+    runtime.hold_gpu(0.1)  # compiles
+    runtime.synchronize()
+    t = time.perf_counter()
+    runtime.hold_gpu(3.0)
+    runtime.synchronize()
+    assert time.perf_counter() - t >= 3e-3
+
+
+def test_hold_ms():
+    assert runtime.hold_ms(None) == runtime.HOLD_MAX_MS
+    assert runtime.hold_ms(1e-5) == pytest.approx(0.02 + runtime.HOLD_MARGIN_MS)
+    assert runtime.hold_ms(1.0) == runtime.HOLD_MAX_MS
+
+
+@cuda.jit
+def _empty_kernel(x):
+    pass
+
+
+@pytest.mark.gpu
+def test_time_ms_measures_the_gpu_not_the_python_launch():
+    # a held kernel of 1 ms measures 1 ms; an empty kernel measures far less than Python's launch of it
+    assert 1.0 <= runtime.time_ms(lambda: runtime.hold_gpu(1.0)) < 1.1
+    x = cuda.device_array(4, np.float32)
+    gpu = runtime.time_ms(lambda: _empty_kernel[1, 32](x))
+    wall = runtime.launch_ms(lambda: _empty_kernel[1, 32](x))
+    assert gpu < 0.02 and gpu < wall, (gpu, wall)
+
+
+@pytest.mark.gpu
+def test_the_hold_orders_pytorch_work_on_the_null_stream():
+    torch = bench.torch_cuda()
+    if torch is None:
+        pytest.skip("PyTorch with CUDA is not installed (optional)")
+    assert torch.cuda.current_stream().cuda_stream == 0
+    e = torch.cuda.Event()
+    runtime.hold_gpu(0.1)
+    runtime.synchronize()
+    t = time.perf_counter()
+    runtime.hold_gpu(20.0)
+    e.record()
+    e.synchronize()
+    assert time.perf_counter() - t >= 20e-3
+    ts = torch.ones(1 << 20, device="cuda")
+    assert 0 < bench.torch_time_ms(torch, lambda: ts.mul_(1.0)) < 0.05
 
 
 def test_sizes_per_backend():

@@ -484,16 +484,13 @@ def launch(a, sa, b, sb, out, a_kind, b_kind, fmt_a="e4m3", fmt_b="e4m3", bits=-
             _KERNELS[key] = _make_kernel3(a_kind, b_kind, fmt_a, fmt_b)
         grid = ((N + BN3 - 1) // BN3, (M + BM3 - 1) // BM3)
         va, vb = _vec_ok(a, 4), _vec_ok(b, 4)  # rows of codes readable as aligned uint32
-        _KERNELS[key][grid, THREADS3](a, a.view(np.uint32) if va else _dummy_u32(), sa2,
-                                      b, b.view(np.uint32) if vb else _dummy_u32(), sb2, out, va, vb)
+        a4 = a.view(np.uint32) if va else runtime.unused_array(np.uint32)
+        b4 = b.view(np.uint32) if vb else runtime.unused_array(np.uint32)
+        _KERNELS[key][grid, THREADS3](a, a4, sa2, b, b4, sb2, out, va, vb)
         return
     k = kernels(a_kind, b_kind, bits, promote)[version]
     grid = ((N + TILE - 1) // TILE, (M + TILE - 1) // TILE)
     k[grid, (TILE, TILE)](a, sa2, b, sb2, _lut(fmt_a), _lut(fmt_b), out)
-
-
-def _dummy_u32():
-    return cuda.device_array((1, 1), np.uint32)  # stands in for the uint32 view when it cannot be used
 
 
 def _expanded_scales(q, rows: int, K: int) -> np.ndarray:

@@ -19,7 +19,8 @@ version 3: fused and vectorized: 8 lanes per tile (4 tiles per warp, 16 elements
            loads per lane (ld.global.v4.f32), 3 shuffles, the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32,
            one 4-byte store per 4 codes. Needs K % 4 == 0 (aligned loads) and a group of 32..512 elements;
            elsewhere quantize_tile runs version 2 (same codes, bit for bit). On an H200 it moves a 1 GiB
-           activation at 77-78% of the copy bandwidth (BENCHMARKS.md), version 2 at ~23%. Tuning knobs
+           activation at 102-104% of the copy bandwidth (BENCHMARKS.md; a copy's bytes are half writes, a
+           quantizer's a fifth), version 2 at ~24%. Tuning knobs
            (module constants, read when the kernel is built): WARPS3, MAX_REGISTERS3, LOAD_NC3.
 The other kernels (one version each):
 row:     one thread block per row: block_max over the row, then the cast (fused, one launch; the second read
@@ -532,7 +533,7 @@ def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", versio
         version = 2
     if version == 3:
         if scale_codes is None:
-            scale_codes = cuda.device_array((1, 1), np.uint8)
+            scale_codes = runtime.unused_array(np.uint8)
         kernel = _cached(("tile3", fmt, block, mode), lambda: _make_tile_kernel3(fmt, block, mode))
         warps = WARPS3 if not runtime.IS_SIM else 1
         sets = scale.shape[0] * -(-scale.shape[1] // GROUPS3)
@@ -544,7 +545,7 @@ def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", versio
         return
     amax_k, cast_k, fused_k = _tile_kernels(fmt, block, mode)
     if scale_codes is None:
-        scale_codes = cuda.device_array((1, 1), np.uint8)  # unused unless an MX mode
+        scale_codes = runtime.unused_array(np.uint8)  # unused unless an MX mode
     if version == 1:
         if inv_scale is None:
             inv_scale = cuda.device_array(scale.shape, np.float32)
@@ -745,20 +746,23 @@ def main() -> None:
         if label.startswith("v1 "):
             nbytes += x.nbytes + 3 * o[1].nbytes  # x again; inv_scale written, then read back
         ms = runtime.time_ms(lambda: launch(dx, o))
-        rows.append([label, runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling)])
+        rows.append([label, runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling),
+                     runtime.fmt_ms(runtime.launch_ms(lambda: launch(dx, o)))])
     codes, scale, _ = reference(x[:8], "tile")  # dequantize / requantize inputs: any valid codes will do
     dcodes = cuda.to_device(np.resize(codes, x.shape))
     dscale = cuda.to_device(np.resize(scale, (M, K // 128)))
     out = cuda.device_array(x.shape, np.float32)
     ms = runtime.time_ms(lambda: dequantize(dcodes, dscale, 1, 128, out))
     nbytes = x.size + dscale.nbytes + x.nbytes
-    rows.append(["dequantize (tile)", runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling)])
+    rows.append(["dequantize (tile)", runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling),
+                 runtime.fmt_ms(runtime.launch_ms(lambda: dequantize(dcodes, dscale, 1, 128, out)))])
     ct = cuda.device_array((K, M), np.uint8)
     st = cuda.device_array((K, -(-M // 128)), np.float32)
     ms = runtime.time_ms(lambda: requantize_tile_to_col(dcodes, dscale, ct, st))
     nbytes = 2 * x.size + dscale.nbytes + st.nbytes
     rows.append(["requantize 1x128 -> 128x1 (x.T)", runtime.fmt_ms(ms), bench.gbs(nbytes, ms),
-                 bench.of_ceiling(nbytes, ms, ceiling)])
+                 bench.of_ceiling(nbytes, ms, ceiling),
+                 runtime.fmt_ms(runtime.launch_ms(lambda: requantize_tile_to_col(dcodes, dscale, ct, st)))])
 
     torch = bench.torch_cuda()
     if torch is not None:
@@ -772,11 +776,13 @@ def main() -> None:
         nbytes = x.nbytes + x.size + o[1].nbytes
         ms = bench.torch_time_ms(torch, lambda: _torch_tile_quantize(torch, tx))
         rows.append([f"torch: amax, scale, .to(float8_e4m3fn) ({same})",
-                     runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling)])
+                     runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling),
+                     runtime.fmt_ms(runtime.launch_ms(lambda: _torch_tile_quantize(torch, tx)))])
     bench.print_table(
         f"fine-grained E4M3 quantize, x ({M}, {K}) float32 = {x.nbytes / 2**30:.2f} GiB ({runtime.backend}); "
-        f"copy ceiling {ceiling:,.0f} GB/s (same run); bytes = read + written, scales included",
-        ["kernel", "time", "GB/s", "of copy"],
+        f"copy ceiling {ceiling:,.0f} GB/s (same run); bytes = read + written, scales included; time: the GPU's "
+        f"(CUDA events, runtime.time_ms); a call from Python: until the GPU is done (runtime.launch_ms)",
+        ["kernel", "time", "GB/s", "of copy", "a call from Python"],
         rows,
     )
 
