@@ -195,6 +195,7 @@ def _twin_cvt_e5m2x2_satfinite(hi, lo):
     """Software twin of cvt.rn.satfinite.e5m2x2.f32: (code(hi) << 8) | code(lo)."""
     return (formats.encode_e5m2_sat(hi) << 8) | formats.encode_e5m2_sat(lo)
 
+
 def globaltimer_intrinsic():
     """An @intrinsic `globaltimer_ns() -> uint64`: PTX's %globaltimer, a nanosecond clock shared by the GPU (GPU
     only). The asm is marked as having side effects, so the compiler neither merges two reads nor hoists one

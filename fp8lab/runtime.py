@@ -132,8 +132,8 @@ def time_ms(fn, *, warmup: int = 2, repeat: int = 10) -> float | None:
 
     Before each timed call the GPU is held (`hold_gpu`) for twice the time Python needs to enqueue fn, so the
     start event fires only once fn's kernels are all queued: the events then measure the GPU's work, not the
-    GPU waiting for Python (numba's launch costs ~7 us plus ~4 us per array argument, 10-15% of a 0.4 ms
-    kernel). nvbench's "blocking kernel" does the same. `launch_ms` measures the Python side.
+    GPU waiting for Python (quantize_tile needs ~70 us of Python per call on an H200 host, a fifth of its
+    0.34 ms kernel: BENCHMARKS.md). nvbench's "blocking kernel" does the same. `launch_ms` measures the Python side.
 
     Returns None under the simulator ("not measured"): its events are synchronous and report -1, and a
     Python-threads timing says nothing about a GPU.
@@ -155,7 +155,8 @@ def time_ms(fn, *, warmup: int = 2, repeat: int = 10) -> float | None:
 
 def launch_ms(fn, *, repeat: int = 20) -> float | None:
     """Median wall time of one `fn()` call from Python until the GPU has finished it (enqueue, run, synchronize),
-    in milliseconds: what a Python loop of such calls pays per call. None under the simulator."""
+    in milliseconds: what a Python loop that waits for each result pays per call (calls queued without waiting
+    overlap Python's part with the GPU's). None under the simulator."""
     if IS_SIM:
         return None
     fn()

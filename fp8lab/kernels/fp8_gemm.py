@@ -66,7 +66,8 @@ import numpy as np
 from .. import _validate as V
 from .. import accum, formats, ptx, runtime
 from ..runtime import cuda
-from .gemm import _vec_ok, ld_shared_v4_f32
+from . import gemm as G
+from .gemm import _fma_step7, _store7, _vec_ok
 
 GROUP_K = 128  # K elements per scale group (DeepSeek's 1 x 128 tiles, 128 x 128 blocks) = BLOCK_K of version 2
 ALIGN = accum.GROUP  # products per alignment group of the limited accumulator (32)
@@ -87,13 +88,12 @@ BEST = 3
 """The default for FP32 accumulation. The limited-accumulator emulation (accum_bits) exists in versions 1 and 2;
 there the default is 2."""
 LIMITED_VERSIONS = (1, 2)
-BM3 = BN3 = 128  # version 3: block tile (rows of a x rows of b)
-BK3 = 8  # version 3: k-step
-TM3 = TN3 = 8  # version 3: outputs per thread, as 2 x 2 groups of 4 x 4, HALF3 apart
-HALF3 = 64
-COLS3 = 16  # threads across a block tile's columns
-THREADS3 = 256
-BUF_ROWS3 = 2 * BK3  # two k-step buffers stacked in one shared array
+# Version 3 runs SGEMM version 7's compute step and epilogue (gemm._fma_step7, gemm._store7), so it has v7's
+# geometry: 128 x 128 block tiles, k-steps of 8, 8 x 8 outputs per thread, 256 threads, 16 across the columns.
+BM3, BN3, BK3, TM3, TN3 = G.BM5, G.BN5, G.BK5, G.TM5, G.TN5
+COLS3 = G.COLS5
+THREADS3 = G.THREADS5
+BUF_ROWS3 = G.BUF_ROWS7  # two k-step buffers stacked in one shared array
 DECODE_X2 = {"e4m3": ptx.decode_e4m3x2, "e5m2": ptx.decode_e5m2x2}  # hardware cvt on a GPU, twins in the simulator
 
 _F0 = np.float32(0.0)
@@ -352,20 +352,9 @@ def _make_kernel3(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str):
                 wa, s_a = fetch(a, a4, sa, a_kind, m0 + row, nxt + kq, M, K, vec_a)
                 wb, s_b = fetch(b, b4, sb, b_kind, n0 + row, nxt + kq, N, K, vec_b)
             for kk in range(BK3):
-                reg_m[0], reg_m[1], reg_m[2], reg_m[3] = ld_shared_v4_f32(sat, base + kk, t_row * 4)
-                reg_m[4], reg_m[5], reg_m[6], reg_m[7] = ld_shared_v4_f32(sat, base + kk, HALF3 + t_row * 4)
-                reg_n[0], reg_n[1], reg_n[2], reg_n[3] = ld_shared_v4_f32(sbt, base + kk, t_col * 4)
-                reg_n[4], reg_n[5], reg_n[6], reg_n[7] = ld_shared_v4_f32(sbt, base + kk, HALF3 + t_col * 4)
-                for i in range(TM3):
-                    for j in range(TN3):
-                        acc[i, j] += reg_m[i] * reg_n[j]
+                _fma_step7(sat, sbt, base + kk, t_row, t_col, reg_m, reg_n, acc)
             buf = 1 - buf
-        for i in range(TM3):
-            m = m0 + (i // 4) * HALF3 + t_row * 4 + i % 4
-            for j in range(TN3):
-                n = n0 + (j // 4) * HALF3 + t_col * 4 + j % 4
-                if m < M and n < N:
-                    c[m, n] = acc[i, j]
+        _store7(c, acc, m0, n0, t_row, t_col, M, N)
 
     return fp8_gemm_kernel3
 

@@ -439,6 +439,31 @@ def gemm_kernel6(a, b, c, vec_a, vec_b):
                 c[m, n] = acc[i, j]
 
 
+@cuda.jit(device=True)
+def _fma_step7(sat, sbt, k, t_row, t_col, reg_m, reg_n, acc):
+    """Version 7's work for one k (also fp8_gemm version 3's): the thread's 8 values of a from row k of sat and
+    its 8 of b from row k of sbt (four ld.shared.v4.f32, 4 x 4 groups HALF7 apart), then acc += their outer
+    product (64 FMAs)."""
+    reg_m[0], reg_m[1], reg_m[2], reg_m[3] = ld_shared_v4_f32(sat, k, t_row * 4)
+    reg_m[4], reg_m[5], reg_m[6], reg_m[7] = ld_shared_v4_f32(sat, k, HALF7 + t_row * 4)
+    reg_n[0], reg_n[1], reg_n[2], reg_n[3] = ld_shared_v4_f32(sbt, k, t_col * 4)
+    reg_n[4], reg_n[5], reg_n[6], reg_n[7] = ld_shared_v4_f32(sbt, k, HALF7 + t_col * 4)
+    for i in range(TM5):
+        for j in range(TN5):
+            acc[i, j] += reg_m[i] * reg_n[j]
+
+
+@cuda.jit(device=True)
+def _store7(c, acc, m0, n0, t_row, t_col, M, N):
+    """Version 7's epilogue (also fp8_gemm version 3's): acc's 2 x 2 groups of 4 x 4 to c (M x N), inside it."""
+    for i in range(TM5):
+        m = m0 + (i // 4) * HALF7 + t_row * 4 + i % 4
+        for j in range(TN5):
+            n = n0 + (j // 4) * HALF7 + t_col * 4 + j % 4
+            if m < M and n < N:
+                c[m, n] = acc[i, j]
+
+
 @cuda.jit
 def gemm_kernel7(a, b, c, vec_a, vec_b):
     """Version 6 + 128-bit shared loads, a conflict-free thread layout and double buffering. Launch as version 5.
@@ -485,13 +510,7 @@ def gemm_kernel7(a, b, c, vec_a, vec_b):
             y0, y1, y2, y3 = _load4(b, nxt + row_b, n0 + col_b, K, N, vec_b)
         base = buf * BK5
         for kk in range(BK5):
-            reg_m[0], reg_m[1], reg_m[2], reg_m[3] = ld_shared_v4_f32(sat, base + kk, t_row * 4)
-            reg_m[4], reg_m[5], reg_m[6], reg_m[7] = ld_shared_v4_f32(sat, base + kk, HALF7 + t_row * 4)
-            reg_n[0], reg_n[1], reg_n[2], reg_n[3] = ld_shared_v4_f32(sb, base + kk, t_col * 4)
-            reg_n[4], reg_n[5], reg_n[6], reg_n[7] = ld_shared_v4_f32(sb, base + kk, HALF7 + t_col * 4)
-            for i in range(TM5):
-                for j in range(TN5):
-                    acc[i, j] += reg_m[i] * reg_n[j]
+            _fma_step7(sat, sb, base + kk, t_row, t_col, reg_m, reg_n, acc)
         if nxt < K:  # the other buffer: everyone finished reading it before the last barrier
             other = (1 - buf) * BK5
             sat[other + col_a, row_a] = x0
@@ -501,12 +520,7 @@ def gemm_kernel7(a, b, c, vec_a, vec_b):
             st_shared_v4_f32(sb, other + row_b, col_b, y0, y1, y2, y3)
         cuda.syncthreads()
         buf = 1 - buf
-    for i in range(TM5):
-        m = m0 + (i // 4) * HALF7 + t_row * 4 + i % 4
-        for j in range(TN5):
-            n = n0 + (j // 4) * HALF7 + t_col * 4 + j % 4
-            if m < M and n < N:
-                c[m, n] = acc[i, j]
+    _store7(c, acc, m0, n0, t_row, t_col, M, N)
 
 
 KERNELS = {1: gemm_kernel1, 2: gemm_kernel2, 3: gemm_kernel3, 4: gemm_kernel4, 5: gemm_kernel5, 6: gemm_kernel6,

@@ -739,30 +739,30 @@ def main() -> None:
     x = activation((M, K))
     dx = cuda.to_device(x)
     ceiling = bench.copy_ceiling_gbs(x.nbytes)
+
+    def row(label, fn, nbytes, timer=runtime.time_ms):
+        """A table row: fn's GPU time (timer), its bandwidth moving nbytes, and one call of fn from Python."""
+        ms = timer(fn)
+        return [label, runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling),
+                runtime.fmt_ms(runtime.launch_ms(fn))]
+
     rows = []
     for label, granularity, mode, launch in kernels:
         o = outs(granularity, x.shape, mx=granularity == "mx")
         nbytes = x.nbytes + x.size + o[1].nbytes + (o[2].nbytes if o[2] is not None else 0)
         if label.startswith("v1 "):
             nbytes += x.nbytes + 3 * o[1].nbytes  # x again; inv_scale written, then read back
-        ms = runtime.time_ms(lambda: launch(dx, o))
-        rows.append([label, runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling),
-                     runtime.fmt_ms(runtime.launch_ms(lambda: launch(dx, o)))])
+        rows.append(row(label, lambda: launch(dx, o), nbytes))
     codes, scale, _ = reference(x[:8], "tile")  # dequantize / requantize inputs: any valid codes will do
     dcodes = cuda.to_device(np.resize(codes, x.shape))
     dscale = cuda.to_device(np.resize(scale, (M, K // 128)))
     out = cuda.device_array(x.shape, np.float32)
-    ms = runtime.time_ms(lambda: dequantize(dcodes, dscale, 1, 128, out))
-    nbytes = x.size + dscale.nbytes + x.nbytes
-    rows.append(["dequantize (tile)", runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling),
-                 runtime.fmt_ms(runtime.launch_ms(lambda: dequantize(dcodes, dscale, 1, 128, out)))])
+    rows.append(row("dequantize (tile)", lambda: dequantize(dcodes, dscale, 1, 128, out),
+                    x.size + dscale.nbytes + x.nbytes))
     ct = cuda.device_array((K, M), np.uint8)
     st = cuda.device_array((K, -(-M // 128)), np.float32)
-    ms = runtime.time_ms(lambda: requantize_tile_to_col(dcodes, dscale, ct, st))
-    nbytes = 2 * x.size + dscale.nbytes + st.nbytes
-    rows.append(["requantize 1x128 -> 128x1 (x.T)", runtime.fmt_ms(ms), bench.gbs(nbytes, ms),
-                 bench.of_ceiling(nbytes, ms, ceiling),
-                 runtime.fmt_ms(runtime.launch_ms(lambda: requantize_tile_to_col(dcodes, dscale, ct, st)))])
+    rows.append(row("requantize 1x128 -> 128x1 (x.T)", lambda: requantize_tile_to_col(dcodes, dscale, ct, st),
+                    2 * x.size + dscale.nbytes + st.nbytes))
 
     torch = bench.torch_cuda()
     if torch is not None:
@@ -773,11 +773,8 @@ def main() -> None:
         ncodes = int((tcodes.view(torch.uint8).cpu().numpy() != o[0].copy_to_host()).sum())
         nscales = int((tscale.cpu().numpy() != o[1].copy_to_host()).sum())
         same = "bit-exact" if ncodes == nscales == 0 else f"{ncodes} codes, {nscales} scales DIFFER"
-        nbytes = x.nbytes + x.size + o[1].nbytes
-        ms = bench.torch_time_ms(torch, lambda: _torch_tile_quantize(torch, tx))
-        rows.append([f"torch: amax, scale, .to(float8_e4m3fn) ({same})",
-                     runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling),
-                     runtime.fmt_ms(runtime.launch_ms(lambda: _torch_tile_quantize(torch, tx)))])
+        rows.append(row(f"torch: amax, scale, .to(float8_e4m3fn) ({same})", lambda: _torch_tile_quantize(torch, tx),
+                        x.nbytes + x.size + o[1].nbytes, timer=lambda fn: bench.torch_time_ms(torch, fn)))
     bench.print_table(
         f"fine-grained E4M3 quantize, x ({M}, {K}) float32 = {x.nbytes / 2**30:.2f} GiB ({runtime.backend}); "
         f"copy ceiling {ceiling:,.0f} GB/s (same run); bytes = read + written, scales included; time: the GPU's "
