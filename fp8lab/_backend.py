@@ -4,7 +4,7 @@
 `sim`: no device; `NUMBA_ENABLE_CUDASIM=1` makes the same kernel source run on the CPU.
 
 numba reads NUMBA_ENABLE_CUDASIM when `numba` is imported, and the mode is fixed for good once
-`numba.cuda` is imported (FACTS.md). So the probe must not touch numba: it asks the driver through ctypes.
+`numba.cuda` is imported (numba's configuration is read at import; numba.core.config). So the probe must not touch numba: it asks the driver through ctypes.
 """
 
 from __future__ import annotations

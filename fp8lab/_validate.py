@@ -1,10 +1,11 @@
-"""Input checks shared by every public op: each error names the argument, what was expected, what was given."""
+"""Input checks shared by every public op: each error names the argument, what was expected, what was given.
+
+NumPy only (device arrays are recognised by duck typing), so the NumPy spec modules can use it too.
+"""
 
 from __future__ import annotations
 
 import numpy as np
-
-from .runtime import cuda
 
 
 def is_device_array(x) -> bool:
@@ -82,10 +83,14 @@ def choice(name: str, value, options) -> str:
     return value
 
 
-def to_device(x):
-    """Host array -> device array; device arrays pass through."""
-    return x if is_device_array(x) else cuda.to_device(np.ascontiguousarray(x))
-
-
-def to_host(x) -> np.ndarray:
-    return x.copy_to_host() if is_device_array(x) else np.asarray(x)
+def version(name: str, value, versions, default=None) -> int:
+    """A kernel version: None gives `default`; otherwise an int (not a bool) that is a key of `versions`."""
+    if value is None and default is not None:
+        return int(default)
+    keys = tuple(versions)
+    expected = f"None or an int in {keys}" if default is not None else f"an int in {keys}"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be {expected}, got {describe(value)}")
+    if int(value) not in keys:
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+    return int(value)

@@ -42,16 +42,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import formats
+from . import formats, spec
 
-__all__ = ["dot_limited", "error_vs_k", "quantize_tiles", "trunc_to_bits", "GROUP", "FP8_MAX"]
+__all__ = ["dot_limited", "error_vs_k", "limited_step", "trunc_to_bits", "check_bits", "check_group_promote",
+           "GROUP"]
 
 GROUP = 32  # products per tensor-core alignment group (SageAttention2: groups of 32)
-FP8_MAX = np.float32(448.0)
 _ZERO_EXP = -(1 << 20)  # exponent given to zero terms: below every real one
 
 
-def _check_bits(accum_bits):
+def check_bits(accum_bits):
     if accum_bits is None:
         return None
     if isinstance(accum_bits, bool) or not isinstance(accum_bits, (int, np.integer)):
@@ -61,7 +61,7 @@ def _check_bits(accum_bits):
     return int(accum_bits)
 
 
-def _check_group_promote(group, promote_every):
+def check_group_promote(group, promote_every):
     if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group <= 0:
         raise ValueError(f"group must be a positive int, got {group!r}")
     if promote_every is not None:
@@ -86,7 +86,7 @@ def _exponent(x):
     return np.where(x == 0, _ZERO_EXP, e)
 
 
-def _limited_step(acc, p, bits):
+def limited_step(acc, p, bits):
     """One alignment group: acc (..., M, N) float64 limited accumulator(s), p (M, N, g) exact products.
 
     acc may carry extra leading axes (several accumulators fed the same products)."""
@@ -118,8 +118,8 @@ def dot_limited(a, b, accum_bits=13, group: int = GROUP, promote_every=None) -> 
     limited sum is added to an FP32 accumulator and restarted (DeepSeek's N_C = 128). See the module
     docstring for the exact arithmetic. Vectorized over M and N; the loop runs over K / group groups.
     """
-    bits = _check_bits(accum_bits)
-    group, promote_every = _check_group_promote(group, promote_every)
+    bits = check_bits(accum_bits)
+    group, promote_every = check_group_promote(group, promote_every)
     a, b = _as_2d("a", a), _as_2d("b", b)
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"a and b must share K (the last dimension): got a {a.shape}, b {b.shape}")
@@ -135,31 +135,13 @@ def dot_limited(a, b, accum_bits=13, group: int = GROUP, promote_every=None) -> 
     lim = np.zeros((M, N), np.float64)
     for k0 in range(0, K, group):
         p = a64[:, None, k0:k0 + group] * b64[None, :, k0:k0 + group]
-        lim = _limited_step(lim, p, bits)
+        lim = limited_step(lim, p, bits)
         if promote_every is not None and (k0 + group) % promote_every == 0:
             fp32 = fp32 + lim.astype(np.float32)  # lim holds <= 24 significant bits: exact in float32
             lim = np.zeros_like(lim)
     if promote_every is None:
         return lim.astype(np.float32)
     return fp32 + lim.astype(np.float32)  # the last, partial promotion (lim is 0 when K % promote_every == 0)
-
-
-def quantize_tiles(x, block: int = 128):
-    """NumPy 1 x block tile quantization to E4M3 (DeepSeek's activations): (codes, scale (M, ceil(K/block))).
-
-    float32 arithmetic: amax per tile (floored at 1e-12), inv = 448 / amax, codes = encode(x * inv), scale =
-    amax / 448 (the dequantization factor); the last tile covers only the elements that exist.
-    """
-    x = np.asarray(x, np.float32)
-    M, K = x.shape
-    nk = -(-K // block)
-    pad = np.zeros((M, nk * block), np.float32)
-    pad[:, :K] = np.abs(x)
-    amax = np.maximum(pad.reshape(M, nk, block).max(axis=2), np.float32(1e-12)).astype(np.float32)
-    inv = (FP8_MAX / amax).astype(np.float32)
-    scale = (amax / FP8_MAX).astype(np.float32)
-    codes = formats.encode((x * np.repeat(inv, block, axis=1)[:, :K]).astype(np.float32))
-    return codes, scale
 
 
 def _inputs(rng, shape, dist):
@@ -176,7 +158,7 @@ def error_vs_k(ks=(256, 512, 1024, 2048, 4096, 8192, 16384), trials: int = 2, ac
       "uniform": U[0, 1) (positive: no cancellation, |exact| grows like K / 4, the accumulator is always
                  large against each product: the case where limited precision hurts most);
       "normal":  N(0, 1) (zero-mean: |exact| grows like sqrt(K), and some outputs are near 0).
-    Both are quantized to E4M3 per 1 x 128 tile along K (scale = amax / 448, `quantize_tiles`); the GEMM runs
+    Both are quantized to E4M3 per 1 x 128 tile along K (scale = amax / 448, `spec.quantize(x, "tile")`); the GEMM runs
     on the decoded FP8 values (the scales only multiply results, they do not change relative errors). The
     GEMM with K = k uses the first k columns (so the curves over K are correlated, and one pass over Kmax
     gives every point).
@@ -186,7 +168,7 @@ def error_vs_k(ks=(256, 512, 1024, 2048, 4096, 8192, 16384), trials: int = 2, ac
     Returns {"ks": ks, "dist": dist, "curves": {label: {"max": [...], "mean": [...]}}} with labels "FP32",
     f"FP{accum_bits + 9} (no promotion)" and f"promote every {P}", max and mean over all trials' elements.
     """
-    bits = _check_bits(accum_bits)
+    bits = check_bits(accum_bits)
     if bits is None:
         raise ValueError("accum_bits must be an int in 1..23 for error_vs_k (FP32 is always included)")
     if dist not in ("uniform", "normal"):
@@ -194,14 +176,14 @@ def error_vs_k(ks=(256, 512, 1024, 2048, 4096, 8192, 16384), trials: int = 2, ac
     ks = [int(k) for k in ks]
     if not ks or any(k <= 0 or k % GROUP for k in ks) or ks != sorted(set(ks)):
         raise ValueError(f"ks must be increasing positive multiples of {GROUP}, got {ks}")
-    plist = [None] + [_check_group_promote(GROUP, p)[1] for p in promote_every_list]
+    plist = [None] + [check_group_promote(GROUP, p)[1] for p in promote_every_list]
     rng = np.random.default_rng() if rng is None else rng
     kmax = ks[-1]
     labels = ["FP32", f"FP{bits + 9} (no promotion)"] + [f"promote every {p}" for p in plist[1:]]
     errs = {lab: {k: [] for k in ks} for lab in labels}
     for _ in range(trials):
-        a = quantize_tiles(_inputs(rng, (size, kmax), dist))[0]
-        b = quantize_tiles(_inputs(rng, (size, kmax), dist))[0]
+        a = spec.quantize(_inputs(rng, (size, kmax), dist), "tile")[0]
+        b = spec.quantize(_inputs(rng, (size, kmax), dist), "tile")[0]
         a, b = formats.decode(a), formats.decode(b)
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
         C = len(plist)
@@ -214,7 +196,7 @@ def error_vs_k(ks=(256, 512, 1024, 2048, 4096, 8192, 16384), trials: int = 2, ac
                 f32 = f32 + np.outer(a[:, k], b[:, k])
             p = a64[:, None, k0:k0 + GROUP] * b64[None, :, k0:k0 + GROUP]
             exact += p.sum(axis=-1)  # float64: error ~1e-16 relative, far below what is measured
-            lim = _limited_step(lim, p, bits)
+            lim = limited_step(lim, p, bits)
             for c, P in enumerate(plist):
                 if P is not None and (k0 + GROUP) % P == 0:
                     fp32[c] = fp32[c] + lim[c].astype(np.float32)

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-BENCHES = ("quantize", "quantize_fine", "gemm", "gemm_nt", "fp8_gemm", "rmsnorm", "elementwise")
+from .kernels import MODULES as BENCHES
 
 
 def _train(args) -> int:
@@ -51,15 +51,13 @@ def _train(args) -> int:
 
 
 def _bench(args) -> int:
-    import importlib
-
-    import inspect
+    from .kernels import load
 
     names = BENCHES if args.op == "all" else [args.op]
+    status = 0
     for name in names:
-        run = importlib.import_module(f"fp8lab.kernels.{name}").main
-        run([]) if "argv" in inspect.signature(run).parameters else run()  # not this command's argv
-    return 0
+        status |= load(name).main(args.rest)  # each kernel module's own options (--markdown, --check-only, ...)
+    return status
 
 
 def main(argv=None) -> int:
@@ -93,6 +91,9 @@ def main(argv=None) -> int:
 
     b = sub.add_parser("bench", help="check every kernel version against its reference, then time it")
     b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("all",))
+    b.add_argument("rest", nargs=argparse.REMAINDER,
+                   help="passed to each kernel module: --markdown (a BENCHMARKS.md section), --check-only, and "
+                        "module options (gemm: --plot PATH; fp8_gemm: --deepseek)")
 
     w = sub.add_parser("worksheets", help="build exercises/ from solutions/ (`fp8lab worksheets build --help`)",
                        add_help=False)

@@ -1,13 +1,14 @@
-"""Bit-exact FP8 formats: the numerical spec that every kernel of the course is tested against.
+"""Bit-exact FP8 formats: the numerical spec that every kernel of the course is tested against (NumPy only).
 
 What is here:
 - `Format` and its three instances `E4M3`, `E5M2` (OCP OFP8 v1.0) and `E8M0` (the OCP MX v1.0 scale format),
   with `FORMATS` and `get_format`;
 - `encode(x, fmt, saturate)` -> uint8 codes and `decode(codes, fmt)` -> float32, vectorized NumPy, the host
   reference;
-- `value_table(fmt)` (the 256 values, indexed by code) and `describe_code(code, fmt)` for notebooks;
-- device functions for any Numba-CUDA kernel, on the GPU and in the simulator, bit-exact with `encode`/`decode`:
-  `encode_e4m3_sat`, `encode_e4m3`, `encode_e5m2_sat`, `encode_e5m2`, `decode_e4m3`, `decode_e5m2`.
+- `value_table(fmt)` (the 256 values, indexed by code) and `describe_code(code, fmt)` for notebooks.
+
+The same rounding as device functions for kernels (`encode_e4m3_sat`, `decode_e4m3`, ...) lives in
+fp8lab/kernels/common.py; this module imports no numba, so the spec runs without a GPU or the simulator.
 
 Rounding is to nearest, ties to even, computed exactly from the input's own value: float16/float32/float64
 inputs are all rounded directly to FP8 (a float64 is never rounded to float32 first, which could round twice).
@@ -46,15 +47,6 @@ subnormals, no Inf), matching ml_dtypes `float8_e8m0fnu`:
 "ml_dtypes" above means release 0.7 (checked bit for bit in tests/test_formats.py). Release 0.6 differs in two
 corners, where it is the one that is off: it rounds float64 through float32 (double rounding: 1 + 2^-4 + 2^-40
 gives 1.0 in E4M3, not 1.125), and it sends some E8M0 inputs just above 2^-127 (1.2 * 2^-127) to 2^-126.
-
-Device functions: plain float arithmetic that is exact (math.frexp, multiplication by powers of two,
-math.floor, comparisons, a hand-written round-half-even), so they run unchanged on the GPU (numba-cuda lowers
-math.frexp / math.floor / math.copysign to libdevice's __nv_frexpf / __nv_floorf / __nv_copysignf, inlined: the
-E4M3 encoder compiles to branchy float32 code with no call and no float64 instruction on sm_90) and in the
-simulator (Python's math). They take float32 or float64 and round the value they are given directly. Call them
-only from kernels compiled without fastmath: fast-math flags let the compiler assume no NaN and drop the NaN
-tests. They return NaN codes with the input's sign like `encode`; PTX's cvt promises only "NaN" for a NaN input,
-so an inline-PTX cvt path may differ there (and only there).
 """
 
 from __future__ import annotations
@@ -64,9 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import runtime
 from ._validate import describe as _describe
-from .runtime import cuda
 
 __all__ = [
     "Format",
@@ -79,12 +69,6 @@ __all__ = [
     "decode",
     "value_table",
     "describe_code",
-    "encode_e4m3_sat",
-    "encode_e4m3",
-    "encode_e5m2_sat",
-    "encode_e5m2",
-    "decode_e4m3",
-    "decode_e5m2",
 ]
 
 
@@ -421,146 +405,3 @@ def describe_code(code, fmt=E4M3) -> str:
     else:
         significand, exponent = 1 + mf / (1 << fmt.mbits), ef - fmt.bias
     return f"{fields} = {sign}{significand!r} * 2^{exponent} = {_fmt_number(v)}"
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Device functions (GPU and simulator)
-# ----------------------------------------------------------------------------------------------------------------
-# Constants. On the GPU they are float32 scalars, which Numba freezes as float32, so a float32 input is rounded
-# with float32 instructions only (a bare `a * 512.0` would be exact too, but computed in float64). In the
-# simulator the arithmetic is NumPy's, where a NumPy float32 scalar pulls a Python float (what math.frexp returns,
-# holding a float64 input exactly) down to float32 (NEP 50 weak scalars): there the constants are Python floats,
-# so every operation keeps the input's precision. Either way every operation below is exact for the values it
-# sees, so float32 and float64 inputs are both rounded directly.
-_K = float if runtime.IS_SIM else np.float32
-
-_ZERO = _K(0.0)
-_ONE = _K(1.0)
-_HALF = _K(0.5)
-_8 = _K(8.0)
-_16 = _K(16.0)
-_2P9 = _K(2.0**9)
-_2P16 = _K(2.0**16)
-_E4M3_MAX = _K(448.0)
-_E4M3_OVERFLOW = _K(464.0)  # |x| > 464 overflows (464 itself rounds to 448, the even neighbour)
-_E4M3_MIN_NORMAL = _K(2.0**-6)
-_E5M2_MAX = _K(57344.0)
-_E5M2_OVERFLOW = _K(61440.0)  # |x| >= 61440 overflows (61440 rounds to the even 2^16)
-_E5M2_MIN_NORMAL = _K(2.0**-14)
-# decode returns float32 on both backends
-_F32_NAN = np.float32(np.nan)
-_F32_INF = np.float32(np.inf)
-_F32_2M10 = np.float32(2.0**-10)
-_F32_2M17 = np.float32(2.0**-17)
-
-
-@cuda.jit(device=True)
-def _round_half_even(s):
-    """Nearest integer to s (0 <= s <= 16 here), ties to even. Exact: floor(s) and s - floor(s) are exact."""
-    f = math.floor(s)
-    d = s - f
-    r = int(f)
-    if d > _HALF or (d == _HALF and (r & 1) == 1):
-        r += 1
-    return r
-
-
-@cuda.jit(device=True)
-def _sign_bit(x):
-    """0x80 if x has its sign bit set (negative numbers, -0.0, -NaN, -Inf), else 0."""
-    return 0x80 if math.copysign(_ONE, x) < _ZERO else 0
-
-
-@cuda.jit(device=True)
-def _e4m3_magnitude(a):
-    """E4M3 code (0..0x7E) of a finite a in [0, 464], round to nearest even."""
-    if a < _E4M3_MIN_NORMAL:
-        return _round_half_even(a * _2P9)  # subnormal: units of 2^-9, 0..8 (8 is min normal, 0x08)
-    m, e = math.frexp(a)  # a = m * 2^e, 0.5 <= m < 1
-    # biased exponent e - 1 + 7; mantissa steps of 1/8: m * 16 in [8, 16), 16 carries into the exponent.
-    return (e + 5) * 8 + _round_half_even(m * _16)
-
-
-@cuda.jit(device=True)
-def _e5m2_magnitude(a):
-    """E5M2 code (0..0x7B) of a finite a in [0, 61440), round to nearest even."""
-    if a < _E5M2_MIN_NORMAL:
-        return _round_half_even(a * _2P16)  # subnormal: units of 2^-16, 0..4
-    m, e = math.frexp(a)
-    return (e + 13) * 4 + _round_half_even(m * _8)
-
-
-@cuda.jit(device=True)
-def encode_e4m3_sat(x):
-    """E4M3 code (int 0..255) of x, saturating (PTX satfinite): overflow, +-Inf -> +-448; NaN -> 0x7F|sign."""
-    sign = _sign_bit(x)
-    a = abs(x)
-    if a != a:
-        return 0x7F | sign
-    if a >= _E4M3_MAX:
-        return 0x7E | sign
-    return _e4m3_magnitude(a) | sign
-
-
-@cuda.jit(device=True)
-def encode_e4m3(x):
-    """E4M3 code (int 0..255) of x, non-saturating like ml_dtypes: |x| > 464, +-Inf and NaN -> 0x7F|sign."""
-    sign = _sign_bit(x)
-    a = abs(x)
-    if not a <= _E4M3_OVERFLOW:  # NaN compares false
-        return 0x7F | sign
-    return _e4m3_magnitude(a) | sign
-
-
-@cuda.jit(device=True)
-def encode_e5m2_sat(x):
-    """E5M2 code (int 0..255) of x, saturating: overflow and +-Inf -> +-57344; NaN -> 0x7E|sign."""
-    sign = _sign_bit(x)
-    a = abs(x)
-    if a != a:
-        return 0x7E | sign
-    if a >= _E5M2_MAX:
-        return 0x7B | sign
-    return _e5m2_magnitude(a) | sign
-
-
-@cuda.jit(device=True)
-def encode_e5m2(x):
-    """E5M2 code (int 0..255) of x, non-saturating like ml_dtypes: |x| >= 61440, +-Inf -> +-Inf; NaN -> 0x7E|sign."""
-    sign = _sign_bit(x)
-    a = abs(x)
-    if a != a:
-        return 0x7E | sign
-    if a >= _E5M2_OVERFLOW:
-        return 0x7C | sign
-    return _e5m2_magnitude(a) | sign
-
-
-@cuda.jit(device=True)
-def decode_e4m3(code):
-    """float32 value of an E4M3 code (0..255); 0x7F/0xFF -> NaN carrying the code's sign, 0x80 -> -0.0."""
-    c = int(code)
-    ef = (c >> 3) & 0xF
-    mf = c & 0x7
-    if ef == 0xF and mf == 0x7:
-        v = _F32_NAN
-    elif ef == 0:
-        v = np.float32(mf * 2) * _F32_2M10  # 0.mmm * 2^-6 = (2 * mmm) * 2^-10
-    else:
-        v = np.float32((8 + mf) << ef) * _F32_2M10  # 1.mmm * 2^(ef - 7) = (8 + mmm) * 2^ef * 2^-10
-    return -v if c & 0x80 else v
-
-
-@cuda.jit(device=True)
-def decode_e5m2(code):
-    """float32 value of an E5M2 code (0..255); S.11111.00 -> +-Inf, S.11111.{01,10,11} -> NaN, 0x80 -> -0.0."""
-    c = int(code)
-    ef = (c >> 2) & 0x1F
-    mf = c & 0x3
-    if ef == 0x1F:
-        v = _F32_INF if mf == 0 else _F32_NAN
-    elif ef == 0:
-        v = np.float32(mf * 2) * _F32_2M17  # 0.mm * 2^-14 = (2 * mm) * 2^-17
-    else:
-        v = np.float32((4 + mf) << ef) * _F32_2M17  # 1.mm * 2^(ef - 15) = (4 + mm) * 2^ef * 2^-17
-    return -v if c & 0x80 else v

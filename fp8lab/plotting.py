@@ -1,8 +1,15 @@
-"""Plots shared by the notebooks and the command line."""
+"""Plots shared by the notebooks and the command line: training losses, the SGEMM ladder."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from .hardware import H100_FP32_TFLOPS
+
+BOEHM_A6000 = {1: 1.3, 2: 8.5, 3: 12.8, 4: 36.5, 5: 68.7, 6: 78.4}
+"""Boehm's published SGEMM ladder (RTX A6000, 4092^2, percent of cuBLAS; "How to Optimize a CUDA Matmul Kernel for
+cuBLAS-like Performance", 2022): his numbers, not ours, for the rungs that match gemm versions 1-6. Version 7 has no
+counterpart (his kernel 6 already had 128-bit shared loads; double buffering comes later in his list)."""
 
 
 def plot_losses(histories, ax=None, path=None, title=None):
@@ -33,6 +40,49 @@ def plot_losses(histories, ax=None, path=None, title=None):
     ax.set_xlabel("step")
     ax.set_ylabel("MSE loss")
     ax.legend()
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot_ladder(tflops: dict, cublas: float | None = None, path=None, ax=None, title=None):
+    """Bar chart of the ladder: TFLOP/s per version (measured) with the cuBLAS and FP32-peak lines; returns the
+    figure. When nothing was measured (tflops values all None: the simulator), plots Boehm's A6000 percentages of
+    cuBLAS instead, labelled as his numbers."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8, 4))
+    else:
+        fig = ax.figure
+    vs = sorted(tflops)
+    labels = [f"v{v}" for v in vs]
+    measured = all(tflops.get(v) is not None for v in vs)
+    if measured:
+        vals = [tflops[v] for v in vs]
+        ax.bar(labels, vals, color="tab:blue", label="fp8lab (measured, this run)")
+        if cublas is not None:
+            ax.axhline(cublas, color="k", ls="--", lw=1, label=f"cuBLAS SGEMM {cublas:.1f} TFLOP/s (this run)")
+        ax.axhline(H100_FP32_TFLOPS, color="tab:red", ls=":", lw=1,
+                   label=f"H100 FP32 peak ~{H100_FP32_TFLOPS:.0f} TFLOP/s (datasheet)")
+        ax.set_ylabel("TFLOP/s")
+        for x, v in zip(labels, vals):
+            ax.annotate(f"{v:.1f}", (x, v), ha="center", va="bottom", fontsize=8)
+        ax.set_title(title or "SGEMM ladder, measured")
+        ax.set_ylim(0, 1.3 * max(vals + [H100_FP32_TFLOPS, cublas or 0]))
+    else:
+        vs = [v for v in vs if v in BOEHM_A6000]  # the rungs that match his kernels
+        labels = [f"v{v}" for v in vs]
+        vals = [BOEHM_A6000[v] for v in vs]
+        ax.bar(labels, vals, color="tab:gray", label="Boehm's published numbers (RTX A6000, 4092^2), NOT measured here")
+        ax.axhline(100, color="k", ls="--", lw=1, label="cuBLAS = 100%")
+        ax.set_ylabel("% of cuBLAS SGEMM")
+        for x, v in zip(labels, vals):
+            ax.annotate(f"{v:g}%", (x, v), ha="center", va="bottom", fontsize=8)
+        ax.set_title(title or "SGEMM ladder: Boehm's A6000 percentages (simulator: nothing measured)")
+        ax.set_ylim(0, 125)  # room for the legend above the cuBLAS line
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)

@@ -2,59 +2,24 @@
 (`fp8_gemm` on QuantizedTensors lives in kernels/fp8_gemm.py.)
 
 Granularity "tensor" (one current scale per tensor) is implemented by the kernels in kernels/quantize.py; the
-fine-grained ones (row, 1x128 tile, 128x128 block, MX groups of 32) by kernels/quantize_fine.py, whose module
-docstring states the scale rules and the edge-case policies (partial groups, all-zero groups, NaN/Inf).
+fine-grained ones (row, 1x128 tile, 128x128 block, MX groups of 32) by kernels/quantize_fine.py. fp8lab/spec.py
+states the scale rules and the edge-case policies (partial groups, all-zero groups, NaN/Inf) and is the NumPy
+reference of every result here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 
 import numpy as np
 
 from . import _validate as V
-from . import formats, runtime
+from . import runtime, spec
 from .kernels import quantize as qk
 from .kernels import quantize_fine as qf
+from .spec import GRANULARITIES, MX_RULES, QuantizedTensor
 
-FMTS = ("e4m3", "e5m2")
-GRANULARITIES = ("tensor", "row", "tile", "block", "mx")
-MX_RULES = ("floor", "ceil")
-
-
-@dataclasses.dataclass
-class QuantizedTensor:
-    """FP8 codes plus dequantization scales: x ~= decode(data, fmt) * scale.
-
-    data: uint8 codes, the shape of x. scale: float32 dequantization factors, one per group:
-      "tensor" (1,); for x (M, K): "row" (M, 1), "tile" (M, ceil(K/block)), "block"
-      (ceil(M/block), ceil(K/block)), "mx" (M, ceil(K/32)) powers of two.
-    block: the group size along K (tile, block), 32 for mx, None for tensor and row.
-    scale_codes: for "mx", the E8M0 codes (uint8, shape of scale) of the scales; None otherwise.
-    nonfinite_groups: for fine granularities and NumPy input, how many groups held NaN/Inf (their scale is
-      NaN and their codes are NaN); None where not counted (tensor, device input).
-    Arrays are NumPy arrays when quantize() was given a NumPy array, device arrays when given a device array.
-    """
-
-    data: object
-    scale: object
-    fmt: str
-    granularity: str
-    block: int | None = None
-    scale_codes: object = None
-    nonfinite_groups: int | None = None
-
-    @property
-    def shape(self):
-        return tuple(self.data.shape)
-
-
-def _fmt_name(fmt) -> str:
-    name = formats.get_format(fmt).name
-    if name not in FMTS:
-        raise ValueError(f"fmt must be one of {FMTS} for quantization, got {fmt!r}")
-    return name
+__all__ = ["quantize", "dequantize", "requantize_tile_to_col", "QuantizedTensor"]
 
 
 def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_scale: bool = False,
@@ -80,7 +45,7 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
     NumPy inputs of dtype float16/float64 are converted to float32, and non-contiguous ones (slices,
     transposes) are copied to a contiguous array first; device arrays must be float32 and C-contiguous.
     """
-    name = _fmt_name(fmt)
+    name = spec.fmt_name(fmt)
     V.choice("granularity", granularity, GRANULARITIES)
     V.positive_int("block", block)
     if not isinstance(pow2_scale, (bool, np.bool_)):
@@ -97,7 +62,7 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
             raise ValueError("pow2_scale=True needs a fine granularity ('row', 'tile', 'block', 'mx'), "
                              "got granularity 'tensor'")
         q = qk.TensorQuantizer(arr.shape, fmt=name)
-        q(V.to_device(arr))
+        q(runtime.to_device(arr))
         if on_device:
             return QuantizedTensor(q.codes, q.scale, name, granularity)
         return QuantizedTensor(q.codes.copy_to_host(), q.scale.copy_to_host(), name, granularity)
@@ -108,13 +73,13 @@ def _quantize_fine(arr, on_device, fmt, granularity, block, pow2_scale, mx_rule)
     if arr.ndim != 2:
         raise ValueError(f"granularity must be one of ('tensor',) for x that is not 2-D: {granularity!r} needs "
                          f"x of shape (M, K), got {V.describe(arr)}")
-    if granularity in ("tile", "block") and block > qf.MAX_GROUP:
-        raise ValueError(f"block must be at most {qf.MAX_GROUP} for granularity {granularity!r}, got {block}")
+    if granularity in ("tile", "block") and block > spec.MAX_GROUP:
+        raise ValueError(f"block must be at most {spec.MAX_GROUP} for granularity {granularity!r}, got {block}")
     if on_device and not arr.is_c_contiguous():
         raise ValueError(f"x must be C-contiguous when it is a device array, got {V.describe(arr)}")
-    dx = V.to_device(arr)
+    dx = runtime.to_device(arr)
     codes = runtime.cuda.device_array(arr.shape, np.uint8)
-    scale = runtime.cuda.device_array(qf.scale_shape(granularity, arr.shape, block), np.float32)
+    scale = runtime.cuda.device_array(spec.scale_shape(granularity, arr.shape, block), np.float32)
     scale_codes = None
     mode = "pow2" if pow2_scale else "amax"
     if granularity == "row":
@@ -127,7 +92,7 @@ def _quantize_fine(arr, on_device, fmt, granularity, block, pow2_scale, mx_rule)
     else:  # mx: power-of-two scales whatever pow2_scale says
         scale_codes = runtime.cuda.device_array(scale.shape, np.uint8)
         qf.quantize_mx(dx, codes, scale, scale_codes, fmt=fmt, rule=mx_rule)
-        block = qf.MX_GROUP
+        block = spec.MX_GROUP
     if on_device:
         return QuantizedTensor(codes, scale, fmt, granularity, block, scale_codes)
     q = QuantizedTensor(codes.copy_to_host(), scale.copy_to_host(), fmt, granularity, block,
@@ -153,15 +118,15 @@ def dequantize(q: QuantizedTensor):
     out = runtime.cuda.device_array(codes.shape, np.float32)
     if q.granularity == "tensor":
         scale = V.array("q.scale", q.scale, dtype=np.float32, shape=(1,))
-        qk.dequantize(V.to_device(codes), V.to_device(scale), out, q.fmt)
+        qk.dequantize(runtime.to_device(codes), runtime.to_device(scale), out, q.fmt)
     else:
         V.choice("q.granularity", q.granularity, GRANULARITIES)
         codes = V.array("q.data", codes, dtype=np.uint8, ndim=2)
         block = 128 if q.block is None else q.block
         scale = V.array("q.scale", q.scale, dtype=np.float32,
-                        shape=qf.scale_shape(q.granularity, codes.shape, block))
-        gm, gk = qf.group_shape(q.granularity, codes.shape, block)
-        qf.dequantize(V.to_device(codes), V.to_device(scale), gm, gk, out, fmt=q.fmt)
+                        shape=spec.scale_shape(q.granularity, codes.shape, block))
+        gm, gk = spec.group_shape(q.granularity, codes.shape, block)
+        qf.dequantize(runtime.to_device(codes), runtime.to_device(scale), gm, gk, out, fmt=q.fmt)
     return out if on_device else out.copy_to_host()
 
 
@@ -183,11 +148,11 @@ def requantize_tile_to_col(q: QuantizedTensor, pow2_scale: bool = False) -> Quan
         raise TypeError(f"pow2_scale must be a bool, got {V.describe(pow2_scale)}")
     on_device = V.is_device_array(q.data)
     codes = V.array("q.data", q.data, dtype=np.uint8, ndim=2)
-    scale = V.array("q.scale", q.scale, dtype=np.float32, shape=qf.scale_shape("tile", codes.shape, q.block))
+    scale = V.array("q.scale", q.scale, dtype=np.float32, shape=spec.scale_shape("tile", codes.shape, q.block))
     M, K = codes.shape
     codes_t = runtime.cuda.device_array((K, M), np.uint8)
-    scale_t = runtime.cuda.device_array(qf.scale_shape("tile", (K, M), q.block), np.float32)
-    qf.requantize_tile_to_col(V.to_device(codes), V.to_device(scale), codes_t, scale_t, fmt=q.fmt,
+    scale_t = runtime.cuda.device_array(spec.scale_shape("tile", (K, M), q.block), np.float32)
+    qf.requantize_tile_to_col(runtime.to_device(codes), runtime.to_device(scale), codes_t, scale_t, fmt=q.fmt,
                               block=q.block, mode="pow2" if pow2_scale else "amax")
     if on_device:
         return QuantizedTensor(codes_t, scale_t, q.fmt, "tile", q.block)

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from . import _validate as V
-from .kernels.quantize import FP8_MAX
+from .spec import FP8_MAX
 
 ALGOS = ("max", "most_recent")
 

@@ -27,10 +27,9 @@ import time
 import numpy as np
 
 from . import _validate as V
-from . import formats, runtime
+from . import formats, runtime, spec
 from .kernels import elementwise, gemm_nt, loss as loss_k, optim, rmsnorm
 from .kernels.quantize import TensorQuantizer
-from .kernels.quantize import reference as quantize_ref
 
 RECIPES = ("fp32", "fp8-tensor")
 ENGINES = ("kernels", "reference")
@@ -206,8 +205,8 @@ class _ReferenceStep:
         f32 = np.float32
         w, b, g = self._views(self.params)
         if self.fp8:
-            qx, sx, _ = quantize_ref(x)
-            qw, sw, _ = quantize_ref(w)
+            qx, sx, _ = spec.quantize_tensor(x)
+            qw, sw, _ = spec.quantize_tensor(w)
             y = (formats.decode(qx) @ formats.decode(qw).T) * sx * sw
         else:
             y = x @ w.T
@@ -222,7 +221,7 @@ class _ReferenceStep:
         db = dy.sum(axis=0)
         dg = (dz * y * rstd[:, None]).sum(axis=0)
         if self.fp8:
-            qdy, sdy, _ = quantize_ref(dy)
+            qdy, sdy, _ = spec.quantize_tensor(dy)
             dw = (formats.decode(qdy).T @ formats.decode(qx)) * sdy * sx
         else:
             dw = dy.T @ x

@@ -22,7 +22,7 @@ grade PATH
     (fp8lab.check.*): passed, failed (first line of the message) or not attempted. Exit status 0 even when
     questions fail (it is a report); 1 only if the notebook cannot be run.
 
-Python API: `generate(nb)`, `build(...)`, `check_up_to_date(...)`, `run_notebook(path)`, `grade(path)`,
+Python API: `generate(nb)`, `build(...)`, `stale_files(...)`, `run_notebook(path)`, `grade(path)`,
 `main(argv)`.
 """
 

@@ -20,5 +20,5 @@ if [[ $what == all || $what == train ]]; then
   python3 -m fp8lab.cli train --recipe fp8-tensor --no-progress --plot "$OUT/train_loss.png" --json "$OUT/train.json" 2>&1 | tee "$OUT/train.txt"
 fi
 if [[ $what == all || $what == bench ]]; then
-  python3 -m fp8lab.cli bench all 2>&1 | tee "$OUT/bench.txt"
+  python3 -m fp8lab.cli bench all --markdown 2>&1 | tee "$OUT/bench.md"
 fi

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 import fp8lab as fl
-from fp8lab.kernels import quantize as qk
+from fp8lab import formats, spec
 from fp8lab.runtime import cuda
 
 
 def test_quantize_numpy_in_numpy_out(rng):
     x = rng.standard_normal((7, 33)).astype(np.float32)
     q = fl.quantize(x)
-    codes, scale, _ = qk.reference(x)
+    codes, scale, _ = spec.quantize_tensor(x)
     assert isinstance(q.data, np.ndarray) and q.data.dtype == np.uint8 and q.data.shape == x.shape
     assert (q.data == codes).all() and q.scale[0] == scale
     assert q.fmt == "e4m3" and q.granularity == "tensor"
@@ -27,15 +27,28 @@ def test_quantize_numpy_in_numpy_out(rng):
 def test_quantize_device_in_device_out_and_e5m2(rng):
     x = rng.standard_normal(100).astype(np.float32) * 1000
     q = fl.quantize(cuda.to_device(x), fmt="e5m2")
-    assert hasattr(q.data, "copy_to_host")
-    ref, _, _ = qk.reference(x, "e5m2")
-    assert (q.data.copy_to_host() == ref).all()
-    assert fl.dequantize(q).copy_to_host().dtype == np.float32
+    assert hasattr(q.data, "copy_to_host") and hasattr(q.scale, "copy_to_host")
+    ref, scale, _ = spec.quantize_tensor(x, "e5m2")
+    assert q.fmt == "e5m2" and q.granularity == "tensor"
+    assert np.array_equal(q.data.copy_to_host(), ref)  # bit for bit
+    assert q.scale.copy_to_host().tolist() == [scale]
+    y = fl.dequantize(q)
+    assert hasattr(y, "copy_to_host")
+    y = y.copy_to_host()
+    # decode(code) * scale, exactly (one float32 product), on the E5M2 grid: not E4M3's
+    assert y.dtype == np.float32 and y.shape == x.shape
+    assert np.array_equal(y, formats.decode(ref, "e5m2") * scale)
+    assert np.array_equal(y, spec.dequantize(ref.reshape(1, -1), np.array([[scale]]), 1, x.size, "e5m2")[0])
+    assert not np.array_equal(y, formats.decode(ref, "e4m3") * scale)
+    # the largest |x| lands on +-57344 * scale; 2 mantissa bits: relative error at most 2^-3 above subnormals
+    assert np.abs(y).max() == np.float32(57344) * scale
+    big = np.abs(x) > 2**-14 * scale
+    assert (np.abs(y - x)[big] <= np.abs(x)[big] * 2**-3 + 1e-7).all()
 
 
 def test_quantize_converts_float64_numpy(rng):
     x = rng.standard_normal(50)
-    assert (fl.quantize(x).data == qk.reference(x.astype(np.float32))[0]).all()
+    assert (fl.quantize(x).data == spec.quantize_tensor(x.astype(np.float32))[0]).all()
 
 
 @pytest.mark.parametrize(
@@ -86,5 +99,5 @@ def test_fp8_gemm_bad_inputs(rng):
         fl.fp8_gemm(qa, np.zeros((5, 8)))
     with pytest.raises(ValueError, match="accum_bits"):
         fl.fp8_gemm(qa, fl.quantize(rng.standard_normal((5, 8)).astype(np.float32)), accum_bits=40)
-    with pytest.raises(ValueError, match="version must be one of"):
+    with pytest.raises(ValueError, match=r"version must be None or an int in \(1, 2, 3\), got 7"):
         fl.fp8_gemm(qa, fl.quantize(rng.standard_normal((5, 8)).astype(np.float32)), version=7)

@@ -18,6 +18,7 @@ import pytest
 from fp8lab import runtime
 from fp8lab.bench import poisoned
 from fp8lab.kernels import gemm as G
+from fp8lab.kernels.common import vec_ok
 from fp8lab.runtime import cuda
 
 
@@ -46,7 +47,7 @@ def test_every_version_small_odd_shape(rng, version):
 def test_v6_vector_path(rng):
     # K and N multiples of 4: the float4 loads run (the software twin in the simulator), except at the edges
     a_ok = cuda.to_device(np.zeros((130, 20), np.float32))
-    assert G._vec_ok(a_ok) == 1 and G._vec_ok(cuda.to_device(np.zeros((5, 17), np.float32))) == 0
+    assert vec_ok(a_ok) == 1 and vec_ok(cuda.to_device(np.zeros((5, 17), np.float32))) == 0
     assert_within_bound(*run(6, 130, 132, 20, rng))
 
 
@@ -127,10 +128,10 @@ def test_float4_matches_scalar_path(rng, version):
     a = rng.standard_normal((1000, 516), dtype=np.float32)
     b = rng.standard_normal((516, 1028), dtype=np.float32)
     da, db = cuda.to_device(a), cuda.to_device(b)
-    assert G._vec_ok(da) == 1 and G._vec_ok(db) == 1
+    assert vec_ok(da) == 1 and vec_ok(db) == 1
     vec, scalar = poisoned((1000, 1028), np.float32), poisoned((1000, 1028), np.float32)
     G.launch(da, db, vec, version)
-    grid, block = G._grid(version, 1000, 1028)
+    grid, block = G.grid(version, 1000, 1028)
     G.KERNELS[version][grid, block](da, db, scalar, 0, 0)
     assert np.array_equal(vec.copy_to_host(), scalar.copy_to_host())
     assert_within_bound(vec.copy_to_host(), a, b)
@@ -143,5 +144,12 @@ def test_registers_and_occupancy_on_gpu(rng):
         run(v, 33, 35, 17, rng)  # compiles the kernel for C-contiguous float32 operands if not yet done
         regs = k.get_regs_per_thread()  # an int, or {signature: int} when several were compiled
         regs = max(regs.values()) if isinstance(regs, dict) else regs
-        print(f"v{v}: {regs} registers, occupancy {G.occupancy(v, regs)['occupancy']:.0%}")
-        assert 0 < regs <= 255
+        got, recorded = G.occupancy(v, regs), G.occupancy(v, G.PTXAS_REGS_SM90[v])
+        print(f"v{v}: {regs} registers (recorded {G.PTXAS_REGS_SM90[v]}), occupancy {got['occupancy']:.0%}")
+        # The recorded counts stand in for the GPU's under the simulator (notebook 04's occupancy table): the
+        # compiled kernel must lead to the same conclusion (resident blocks, occupancy, binding limit) ...
+        for key in ("blocks_per_sm", "occupancy", "limited_by"):
+            assert got[key] == recorded[key], f"v{v}: {key} {got[key]} with {regs} registers, " \
+                                              f"{recorded[key]} with the recorded {G.PTXAS_REGS_SM90[v]}"
+        # ... and the count itself may drift with the ptxas release only by a few registers
+        assert abs(regs - G.PTXAS_REGS_SM90[v]) <= 8, f"v{v}: {regs} registers, recorded {G.PTXAS_REGS_SM90[v]}"

@@ -151,7 +151,7 @@ def test_bias_add_and_colsum(rng, shape):
     assert_close("colsum", s.copy_to_host(), y.astype(np.float64).sum(0), atol=1e-5 * shape[0], rtol=1e-5)
 
 
-@pytest.mark.parametrize("version", sorted(elementwise.TRANSPOSE_VERSIONS))
+@pytest.mark.parametrize("version", sorted(elementwise.VERSIONS))
 @pytest.mark.parametrize("shape", sizes((37, 45), (4099, 8191)))
 def test_transpose(rng, version, shape):
     a = rng.standard_normal(shape, dtype=np.float32)

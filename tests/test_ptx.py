@@ -23,6 +23,7 @@ import pytest
 
 from fp8lab import formats, ptx, runtime
 from fp8lab.formats import E4M3, E5M2
+from fp8lab.kernels import cast
 from fp8lab.runtime import cuda
 
 POISON = -1  # outside 0..0xFFFF: an unwritten element cannot pass
@@ -123,12 +124,34 @@ def check_all(x: np.ndarray, y: np.ndarray, out: np.ndarray, what: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# Edge values with their codes written out from the spec (OCP OFP8 v1.0, with PTX cvt.rn.satfinite's saturation:
+# |x| > max normal, +-Inf included, gives +-max normal), not computed by formats.encode.
+EDGES = np.array([1.0, -0.0, 448.0, 464.0, 465.0, np.inf, -np.inf, 2.0**-6, 0.875 * 2.0**-6, 2.0**-9, 2.0**-10,
+                  3 * 2.0**-10, 57344.0, 61440.0, 2.0**-16, 2.0**-17, 3 * 2.0**-17, -1e30], np.float32)
+EDGE_CODES = {
+    # 464 ties 448 / (480) -> 448 (even); 465, Inf -> 448 (satfinite); 2^-10 ties 0 / 2^-9 -> 0; 3 * 2^-10 -> 2
+    "e4m3": [0x38, 0x80, 0x7E, 0x7E, 0x7E, 0x7E, 0xFE, 0x08, 0x07, 0x01, 0x00, 0x02, 0x7E, 0x7E, 0x00, 0x00, 0x00,
+             0xFE],
+    # 57344 = max; 61440 ties to the even 2^16, which overflows -> 57344 (satfinite); 2^-17 ties 0 / 2^-16 -> 0
+    "e5m2": [0x3C, 0x80, 0x5F, 0x5F, 0x5F, 0x7B, 0xFB, 0x24, 0x23, 0x18, 0x14, 0x1A, 0x7B, 0x7B, 0x01, 0x00, 0x02,
+             0xFB],
+}
+
+
 def test_backend_flag_and_twins():
-    assert ptx.HARDWARE is (not runtime.IS_SIM)
-    if not ptx.HARDWARE:
-        assert ptx.encode_e4m3_sat_hw is formats.encode_e4m3_sat
-        assert ptx.encode_e5m2_sat_hw is formats.encode_e5m2_sat
-    assert ptx.CVT_E4M3X2 == "cvt.rn.satfinite.e4m3x2.f32" and ptx.CVT_E5M2X2 == "cvt.rn.satfinite.e5m2x2.f32"
+    # HARDWARE picks the code a kernel runs: the PTX instructions on a GPU, the twins under the simulator
+    assert runtime.backend in ("gpu", "sim")
+    assert ptx.HARDWARE == (runtime.backend == "gpu")
+    # ... and either way every hw name gives the spec's codes on the edge values (hand-written, not encode's)
+    y = EDGES[::-1].copy()
+    out = run_hw_codes(EDGES, y, blocks=1, threads=32)
+    for row, packed, fmt in ((0, 2, "e4m3"), (1, 3, "e5m2")):
+        want = np.array(EDGE_CODES[fmt])
+        assert out[row].tolist() == want.tolist(), f"encode_{fmt}_sat_hw ({runtime.backend})"
+        # the first operand's code in the upper byte, the second's in the lower byte (PTX ISA, cvt)
+        assert (out[packed] >> 8).tolist() == want.tolist(), f"cvt_{fmt}x2_satfinite upper byte"
+        assert (out[packed] & 0xFF).tolist() == want[::-1].tolist(), f"cvt_{fmt}x2_satfinite lower byte"
+        assert formats.encode(EDGES, fmt, saturate=True).tolist() == want.tolist(), f"formats.encode {fmt}"
 
 
 def test_same_kernel_source_gives_software_codes(rng):
@@ -140,11 +163,13 @@ def test_same_kernel_source_gives_software_codes(rng):
     check_all(x, y, out, f"{x.size} boundary values ({runtime.backend})")
 
 
-def test_encode_kernel_matches_encode(rng):
+@pytest.mark.parametrize("kernel", [cast.encode_e4m3_sat_hw_kernel, cast.encode_e4m3_sat_sw_kernel],
+                         ids=["hw", "sw"])
+def test_encode_kernel_matches_encode(rng, kernel):
     x = np.concatenate([boundary_float32()[:200], (rng.standard_normal(200) * 100).astype(np.float32)])
     codes = cuda.to_device(np.full(x.size, 0xA5, np.uint8))
-    ptx.encode_e4m3_sat_hw_kernel[2, 64](cuda.to_device(x), codes)
-    check_codes(codes.copy_to_host().astype(np.int32), x, E4M3, "encode_e4m3_sat_hw_kernel")
+    kernel[2, 64](cuda.to_device(x), codes)
+    check_codes(codes.copy_to_host().astype(np.int32), x, E4M3, f"kernels.cast {kernel}")
 
 
 SAMPLE_PTX = """
@@ -183,7 +208,7 @@ def test_ptx_of_returns_text_or_none_with_reason():
     assert isinstance(why, str) and why
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        text = ptx.ptx_of(ptx.encode_e4m3_sat_hw_kernel, ptx.ENCODE_KERNEL_SIGNATURE)
+        text = ptx.ptx_of(cast.encode_e4m3_sat_hw_kernel, cast.ENCODE_KERNEL_SIGNATURE)
     if not ok:
         assert text is None
         assert any(issubclass(w.category, ptx.PTXUnavailableWarning) and "pip install" in str(w.message)
@@ -237,7 +262,7 @@ def test_hardware_equals_software_random_float32(rng):
 def test_ptx_contains_the_cvt_instructions():
     if not ptx.HARDWARE:
         pytest.skip("needs a CUDA GPU")
-    text = ptx.ptx_of(ptx.encode_e4m3_sat_hw_kernel, ptx.ENCODE_KERNEL_SIGNATURE)
+    text = ptx.ptx_of(cast.encode_e4m3_sat_hw_kernel, cast.ENCODE_KERNEL_SIGNATURE)
     lines = ptx.find_instructions(text, "cvt.rn.satfinite")
     assert lines and all(line.startswith(ptx.CVT_E4M3X2) for line in lines), lines
     text = ptx.ptx_of(hw_codes_kernel, HW_SIGNATURE)
@@ -247,9 +272,9 @@ def test_ptx_contains_the_cvt_instructions():
     # The kernel launched for real also compiled to it (inspect_asm of the launched overload).
     x = np.ones(8, np.float32)
     codes = cuda.to_device(np.zeros(8, np.uint8))
-    ptx.encode_e4m3_sat_hw_kernel[1, 32](cuda.to_device(x), codes)
+    cast.encode_e4m3_sat_hw_kernel[1, 32](cuda.to_device(x), codes)
     assert (codes.copy_to_host() == 0x38).all()
-    launched = ptx.encode_e4m3_sat_hw_kernel.inspect_asm()
+    launched = cast.encode_e4m3_sat_hw_kernel.inspect_asm()
     assert any(ptx.find_instructions(t, ptx.CVT_E4M3X2) for t in launched.values())
 
 

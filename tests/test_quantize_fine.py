@@ -1,6 +1,6 @@
 """Fine-grained quantization (row, 1x128 tile, 128x128 block, MX), dequantize, requantize and delayed scaling.
 
-Every kernel against the NumPy reference of kernels/quantize_fine.py, codes and scales bit for bit: fresh random
+Every kernel against the NumPy spec (fp8lab/spec.py), codes and scales bit for bit: fresh random
 inputs, shapes that are not multiples of the group size, outputs poisoned before the launch. Small shapes run
 everywhere (the simulator: few blocks, ~1e4 threads per launch at most); realistic shapes are marked `gpu`.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import fp8lab as fl
-from fp8lab import formats, quant
+from fp8lab import formats, quant, spec
 from fp8lab.bench import assert_codes_equal, poisoned
 from fp8lab.kernels import quantize_fine as qf
 from fp8lab.runtime import cuda
@@ -36,7 +36,7 @@ def heavy_tailed(rng, shape):
 
 def launch(granularity, x, *, version=qf.BEST, block=128, mode="amax", fmt="e4m3"):
     """Run the kernel for `granularity` on poisoned outputs; returns host (codes, scale, scale_codes)."""
-    sh = qf.scale_shape(granularity, x.shape, block)
+    sh = spec.scale_shape(granularity, x.shape, block)
     codes, scale, scodes = poisoned(x.shape, np.uint8), poisoned(sh, np.float32), poisoned(sh, np.uint8)
     dx = cuda.to_device(x)
     if granularity == "tile":
@@ -52,7 +52,7 @@ def launch(granularity, x, *, version=qf.BEST, block=128, mode="amax", fmt="e4m3
 
 def check(granularity, x, got, *, block=128, mode="amax", fmt="e4m3"):
     codes, scale, scodes = got
-    ref_codes, ref_scale, ref_scodes = qf.reference(x, granularity, fmt, block, mode)
+    ref_codes, ref_scale, ref_scodes = spec.quantize(x, granularity, fmt, block, mode)
     assert_codes_equal("codes", codes, ref_codes)
     assert scale.shape == ref_scale.shape and np.array_equal(scale, ref_scale, equal_nan=True), "scales differ"
     if granularity == "mx":
@@ -61,8 +61,8 @@ def check(granularity, x, got, *, block=128, mode="amax", fmt="e4m3"):
 
 
 def group_max_decoded(codes, granularity, block=128, fmt="e4m3"):
-    gm, gk = qf.group_shape(granularity, codes.shape, block)
-    return qf._group_amax(formats.decode(codes, formats.get_format(fmt)), gm, gk)
+    gm, gk = spec.group_shape(granularity, codes.shape, block)
+    return spec.group_amax(formats.decode(codes, formats.get_format(fmt)), gm, gk)
 
 
 # ------------------------------------------------------------------------------------------------ kernels vs reference
@@ -122,7 +122,7 @@ def test_mx_bit_exact(rng, rule, shape):
     _, scale = check("mx", x, launch("mx", x, mode="mx_" + rule), mode="mx_" + rule)
     assert scale.shape == (shape[0], -(-shape[1] // 32))
     # the E8M0 codes decode to the scales (independent oracle: ml_dtypes)
-    _, _, scodes = qf.reference(x, "mx", mode="mx_" + rule)
+    _, _, scodes = spec.quantize(x, "mx", mode="mx_" + rule)
     assert (scodes.view(ml_dtypes.float8_e8m0fnu).astype(np.float32) == scale).all()
 
 
@@ -133,12 +133,12 @@ def test_pow2_scales_round_up(rng, granularity):
     codes, scale = check(granularity, x, launch(granularity, x, mode="pow2"), mode="pow2")
     m, _ = np.frexp(scale)
     assert (m == 0.5).all(), "scales must be powers of two"
-    amax = qf._group_amax(x, *qf.group_shape(granularity, shape))
+    amax = spec.group_amax(x, *spec.group_shape(granularity, shape))
     assert (scale >= amax / 448).all() and (scale < 2 * amax / 448).all()  # rounded up, by less than 2x
     assert (group_max_decoded(codes, granularity) <= 448).all()
     # rounding the scale up means no element is clamped: |x| / scale <= 448 exactly
-    gm, gk = qf.group_shape(granularity, shape)
-    assert (np.abs(x) / qf._expand(scale, gm, gk, shape) <= 448).all()
+    gm, gk = spec.group_shape(granularity, shape)
+    assert (np.abs(x) / spec.expand(scale, gm, gk, shape) <= 448).all()
 
 
 def test_mx_floor_saturates_and_ceil_does_not():
@@ -159,7 +159,7 @@ def test_mx_floor_saturates_and_ceil_does_not():
 
     # on random data: floor puts amax / scale in [256, 512), ceil in (224, 448]
     x = heavy_tailed(np.random.default_rng(0), (3, 96)) * 10
-    amax = qf._group_amax(x, 1, 32)
+    amax = spec.group_amax(x, 1, 32)
     ratio_floor = amax / fl.quantize(x, granularity="mx", mx_rule="floor").scale
     q = fl.quantize(x, granularity="mx", mx_rule="ceil")
     ratio_ceil = amax / q.scale
@@ -174,7 +174,7 @@ def test_public_api_round_trip(rng, granularity):
     x = heavy_tailed(rng, shape)
     q = fl.quantize(x, granularity=granularity)
     mode = "mx_floor" if granularity == "mx" else "amax"
-    ref_codes, ref_scale, ref_scodes = qf.reference(x, granularity, mode=mode)
+    ref_codes, ref_scale, ref_scodes = spec.quantize(x, granularity, mode=mode)
     assert isinstance(q.data, np.ndarray) and q.data.shape == shape and q.granularity == granularity
     assert_codes_equal("codes", q.data, ref_codes)
     assert (q.scale == ref_scale).all() and q.nonfinite_groups == 0
@@ -184,13 +184,13 @@ def test_public_api_round_trip(rng, granularity):
     else:
         assert q.scale_codes is None
     y = fl.dequantize(q)
-    gm, gk = qf.group_shape(granularity, shape)
-    assert y.dtype == np.float32 and np.array_equal(y, qf.reference_dequantize(ref_codes, ref_scale, gm, gk))
+    gm, gk = spec.group_shape(granularity, shape)
+    assert y.dtype == np.float32 and np.array_equal(y, spec.dequantize(ref_codes, ref_scale, gm, gk))
     # 3 mantissa bits: relative error at most 2^-4 above the subnormal range (MX floor: saturation aside)
-    big = np.abs(x) > 2**-6 * qf._expand(q.scale, gm, gk, shape)
+    big = np.abs(x) > 2**-6 * spec.expand(q.scale, gm, gk, shape)
     ok = np.abs(y - x) <= np.abs(x) * 2**-4 + 1e-7
     if granularity == "mx":
-        ok |= np.abs(x) / qf._expand(q.scale, gm, gk, shape) > 448
+        ok |= np.abs(x) / spec.expand(q.scale, gm, gk, shape) > 448
     assert ok[big].all()
 
 
@@ -198,7 +198,7 @@ def test_device_in_device_out(rng):
     x = heavy_tailed(rng, (4, 200))
     q = fl.quantize(cuda.to_device(x), granularity="tile", block=64, pow2_scale=True)
     assert hasattr(q.data, "copy_to_host") and q.nonfinite_groups is None
-    ref_codes, ref_scale, _ = qf.reference(x, "tile", block=64, mode="pow2")
+    ref_codes, ref_scale, _ = spec.quantize(x, "tile", block=64, mode="pow2")
     assert_codes_equal("codes", q.data.copy_to_host(), ref_codes)
     assert (q.scale.copy_to_host() == ref_scale).all()
     y = fl.dequantize(q)
@@ -211,18 +211,18 @@ def test_dequantize_kernel_every_code(rng, fmt):
     scale = rng.uniform(0.01, 3, (4, 4)).astype(np.float32)
     out = poisoned(codes.shape, np.float32)
     qf.dequantize(cuda.to_device(codes), cuda.to_device(scale), 2, 32, out, fmt=fmt)
-    ref = qf.reference_dequantize(codes, scale, 2, 32, fmt)
+    ref = spec.dequantize(codes, scale, 2, 32, fmt)
     assert np.array_equal(out.copy_to_host(), ref, equal_nan=True)
 
 
 @pytest.mark.parametrize("shape", sizes((130, 257)))
 def test_requantize_tile_to_col(rng, shape):
     x = heavy_tailed(rng, shape)
-    codes, scale, _ = qf.reference(x, "tile")
+    codes, scale, _ = spec.quantize(x, "tile")
     M, K = shape
     ct, st = poisoned((K, M), np.uint8), poisoned((K, -(-M // 128)), np.float32)
     qf.requantize_tile_to_col(cuda.to_device(codes), cuda.to_device(scale), ct, st)
-    ref_ct, ref_st = qf.reference_requantize(codes, scale)
+    ref_ct, ref_st = spec.requantize_tile_to_col(codes, scale)
     assert_codes_equal("codes_t", ct.copy_to_host(), ref_ct)
     assert (st.copy_to_host() == ref_st).all()
     # every 128x1 column group of x has its largest element at +-448 again
@@ -234,12 +234,12 @@ def test_requantize_public_api(rng):
     q = fl.quantize(x, granularity="tile")
     qt = quant.requantize_tile_to_col(q)
     assert qt.granularity == "tile" and qt.block == 128 and qt.shape == (40, 130) and qt.scale.shape == (40, 2)
-    ref_ct, ref_st = qf.reference_requantize(q.data, q.scale)
+    ref_ct, ref_st = spec.requantize_tile_to_col(q.data, q.scale)
     assert_codes_equal("codes_t", qt.data, ref_ct)
     assert (qt.scale == ref_st).all()
     # two roundings: within twice the FP8 step of x.T (above the subnormal range)
     y = fl.dequantize(qt)
-    big = np.abs(x.T) > 2**-6 * qf._expand(qt.scale, 1, 128, (40, 130)) * 2
+    big = np.abs(x.T) > 2**-6 * spec.expand(qt.scale, 1, 128, (40, 130)) * 2
     assert (np.abs(y - x.T)[big] <= np.abs(x.T)[big] * 2**-3 + 1e-7).all()
     with pytest.raises(ValueError, match="q must have granularity 'tile'"):
         quant.requantize_tile_to_col(fl.quantize(x, granularity="row"))
@@ -256,7 +256,7 @@ def test_all_zero_group_gives_zero_codes_and_finite_scale(rng):
     x[2, 128:] = -0.0  # the partial last tile, negative zeros
     q = fl.quantize(x, granularity="tile")
     assert (q.data[1, :128] == 0).all() and (q.data[2, 128:] == 0x80).all()
-    floor_scale = np.float32(qf.AMAX_FLOOR) / np.float32(448)
+    floor_scale = np.float32(spec.AMAX_FLOOR) / np.float32(448)
     assert q.scale[1, 0] == floor_scale and q.scale[2, 1] == floor_scale
     assert np.isfinite(q.scale).all() and q.nonfinite_groups == 0
     assert (fl.dequantize(q)[1, :128] == 0).all()
@@ -284,7 +284,7 @@ def test_nonfinite_poisons_its_group_only(rng, bad, granularity):
     assert q.nonfinite_groups == 1
     assert np.isnan(q.scale[1, g]) and np.isfinite(np.delete(q.scale.ravel(), 1 * q.scale.shape[1] + g)).all()
     group = q.data[1, g * gk:(g + 1) * gk]
-    assert (group == qf.POISON_CODE).all()
+    assert (group == spec.POISON_CODE).all()
     if granularity == "mx":
         assert q.scale_codes[1, g] == 0xFF
     # every other code is what a clean quantization gives
@@ -318,16 +318,16 @@ def test_non_contiguous_numpy_input_is_made_contiguous(rng):
     for x in (xt, xs):
         assert not x.flags.c_contiguous
         q = fl.quantize(x, granularity="tile")
-        assert_codes_equal("codes", q.data, qf.reference(np.ascontiguousarray(x), "tile")[0])
+        assert_codes_equal("codes", q.data, spec.quantize(np.ascontiguousarray(x), "tile")[0])
 
 
 def test_float64_and_float16_are_converted(rng):
     x = heavy_tailed(rng, (3, 70))
-    ref = qf.reference(x, "row")[0]
+    ref = spec.quantize(x, "row")[0]
     assert_codes_equal("float64", fl.quantize(x.astype(np.float64), granularity="row").data, ref)
     x16 = x.astype(np.float16)
     assert_codes_equal("float16", fl.quantize(x16, granularity="row").data,
-                       qf.reference(x16.astype(np.float32), "row")[0])
+                       spec.quantize(x16.astype(np.float32), "row")[0])
 
 
 @pytest.mark.parametrize(
@@ -361,11 +361,9 @@ def test_dequantize_checks_scale_shape(rng):
 
 
 def test_tensor_granularity_unchanged(rng):
-    from fp8lab.kernels import quantize as qk
-
     x = heavy_tailed(rng, (7, 33))
     q = fl.quantize(x)
-    codes, scale, _ = qk.reference(x)
+    codes, scale, _ = spec.quantize_tensor(x)
     assert q.granularity == "tensor" and q.scale.shape == (1,) and q.scale[0] == scale
     assert (q.data == codes).all() and q.block is None and q.scale_codes is None
 

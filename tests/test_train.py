@@ -96,8 +96,21 @@ def test_bad_arguments_name_the_argument(kwargs, exc, words):
 
 
 def test_sgd_runs():
-    h = fp8lab.train("fp32", steps=3, optimizer="sgd", lr=0.1, engine="reference", progress=False)
-    assert len(h.loss) == 3
+    def run(steps=3, lr=0.1, optimizer="sgd", engine="reference"):  # the simulator's small task on any backend
+        return fp8lab.train("fp32", steps=steps, optimizer=optimizer, lr=lr, engine=engine, progress=False,
+                            batch=8, d_in=32, d_out=16)
+
+    h, k = run(), run(engine="kernels")
+    assert len(h.loss) == len(k.loss) == 3 and np.isfinite(h.loss).all() and np.isfinite(k.loss).all()
+    # the kernels' SGD step follows the reference engine's
+    rel = np.abs(np.array(k.loss) - h.loss) / np.array(h.loss)
+    assert rel.max() < T.REFERENCE_RTOL["fp32"], f"max relative difference {rel.max():.2e}"
+    # the optimizer is SGD, not Adam: the same first loss (same batch, same initial weights), then not
+    adam = run(optimizer="adam")
+    assert h.loss[0] == adam.loss[0] and h.loss[1] != adam.loss[1] and h.loss[2] != adam.loss[2]
+    # and it learns: the held-out loss falls with every step from the initial weights' (lr ~ 0)
+    initial = run(steps=1, lr=1e-12).eval_loss
+    assert h.eval_loss < run(steps=2).eval_loss < run(steps=1).eval_loss < initial
 
 
 def _cli(*args, cwd=None):

@@ -16,8 +16,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from fp8lab import check, worksheets
-from fp8lab.formats import encode_e4m3_sat
+from fp8lab import check, formats, worksheets
+from fp8lab.kernels.common import encode_e4m3_sat
 from fp8lab.runtime import FULL_MASK, cuda, shfl_down_sync, shfl_xor_sync
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -381,7 +381,7 @@ def test_not_attempted_function_and_kernel():
 def test_check_report_file(tmp_path, monkeypatch, capsys):
     report = tmp_path / "r.jsonl"
     monkeypatch.setenv(check.REPORT_ENV, str(report))
-    check.decode_e4m3(lambda c: float(check.formats.value_table()[c]))
+    check.decode_e4m3(lambda c: float(formats.value_table()[c]))
     with pytest.raises(check.CheckFailed):
         check.decode_e4m3(decode_no_subnormals)
     recs = [json.loads(line) for line in report.read_text().splitlines()]

@@ -25,13 +25,14 @@ version 2: TILE x TILE outputs per block; BLOCK_K = 128 steps: the (TILE, 128) s
            once into shared memory (b padded to 129 columns: no bank conflicts), the scales of the group into
            shared memory, then each thread sums its 128 products and applies its two scales.
 
-version 3: the core of SGEMM version 7 (fp8lab/kernels/gemm.py: 128 x 128 block tile, 8 x 8 outputs per thread,
-           ld.shared.v4.f32, double buffering) behind an FP8 front end: per k-step of 8, 4 codes of a row of a
-           and of b per thread (one 4-byte load each), decoded by cvt.rn.f16x2.{e4m3,e5m2}x2 (fp8lab.ptx), each
+version 3: the register-tiled SGEMM core of gemm version 7 (kernels/common.py: 128 x 128 block tile, 8 x 8
+           outputs per thread, ld.shared.v4.f32, double buffering) behind an FP8 front end: per k-step of 8, 4
+           codes of a row of a and of b per thread (one 4-byte load each), decoded by
+           cvt.rn.f16x2.{e4m3,e5m2}x2 (fp8lab.ptx), each
            multiplied by its K-group's scale, stored as float32 in shared memory. The scales are applied per
            K-group inside the kernel, but to the operands as they are staged, not to partial sums: one more
            float32 rounding per operand than `reference`, so version 3 is checked against float64 within the
-           FP32 bound (`error_bound`), not bit for bit. FP32 accumulation only. On an H200: ~30 TFLOP/s.
+           FP32 bound (`error_bound`), not bit for bit. FP32 accumulation only.
 
 accum_bits / promote_every (kernel options, compiled in, versions 1 and 2): emulate the limited-precision tensor-core
 accumulator of fp8lab/accum.py instead of FP32: k in groups of 32, each group's products and the running
@@ -64,18 +65,17 @@ import math
 import numpy as np
 
 from .. import _validate as V
-from .. import accum, formats, ptx, runtime
+from .. import accum, bench, formats, runtime, spec, timing
 from ..runtime import cuda
-from . import gemm as G
-from .gemm import _fma_step7, _store7, _vec_ok
+from ..spec import FMTS, GROUP_K, QuantizedTensor
+from . import common as C
+from .common import DECODE_X2, sgemm_fma_step, sgemm_store, vec_ok
 
-GROUP_K = 128  # K elements per scale group (DeepSeek's 1 x 128 tiles, 128 x 128 blocks) = BLOCK_K of version 2
 ALIGN = accum.GROUP  # products per alignment group of the limited accumulator (32)
-BLOCK_K = GROUP_K
+BLOCK_K = GROUP_K  # K elements per shared tile of version 2: one scale group
 BLOCK_K_PAD = BLOCK_K + 1  # shared b tile row length: column reads by TILE threads hit TILE different banks
 TILE = runtime.sizes("gemm_tile")  # outputs per block side: 16 on a GPU, 8 under the simulator
-GRANULARITIES = ("tensor", "tile", "block")
-FMTS = ("e4m3", "e5m2")
+OPERAND_GRANULARITIES = ("tensor", "tile", "block")  # of spec.GRANULARITIES, the ones fp8_gemm takes
 _KIND = {"tensor": 0, "tile": 1, "block": 2}
 _ZERO_EXP = -(1 << 20)
 
@@ -88,13 +88,12 @@ BEST = 3
 """The default for FP32 accumulation. The limited-accumulator emulation (accum_bits) exists in versions 1 and 2;
 there the default is 2."""
 LIMITED_VERSIONS = (1, 2)
-# Version 3 runs SGEMM version 7's compute step and epilogue (gemm._fma_step7, gemm._store7), so it has v7's
+# Version 3 runs the register-tiled SGEMM core (common.sgemm_fma_step, common.sgemm_store), so it has its
 # geometry: 128 x 128 block tiles, k-steps of 8, 8 x 8 outputs per thread, 256 threads, 16 across the columns.
-BM3, BN3, BK3, TM3, TN3 = G.BM5, G.BN5, G.BK5, G.TM5, G.TN5
-COLS3 = G.COLS5
-THREADS3 = G.THREADS5
-BUF_ROWS3 = G.BUF_ROWS7  # two k-step buffers stacked in one shared array
-DECODE_X2 = {"e4m3": ptx.decode_e4m3x2, "e5m2": ptx.decode_e5m2x2}  # hardware cvt on a GPU, twins in the simulator
+BM3, BN3, BK3, TM3, TN3 = C.TILE_M, C.TILE_N, C.TILE_K, C.THREAD_M, C.THREAD_N
+COLS3 = C.TILE_COLS
+THREADS3 = C.TILE_THREADS
+BUF_ROWS3 = C.TILE_BUF_ROWS  # two k-step buffers stacked in one shared array
 
 _F0 = np.float32(0.0)
 # math.ldexp's exponent: numba-cuda types it int32 (__nv_ldexpf); Python's math.ldexp (the simulator) wants an int
@@ -178,7 +177,7 @@ def _limited_group_shared(lim, ta, i, tb, j, kk0, bits):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _make_kernels(a_kind: int, b_kind: int, bits: int, promote: int):
+def make_kernels(a_kind: int, b_kind: int, bits: int, promote: int):
     """bits < 0: FP32 accumulation; promote 0: never (only with two per-tensor operands)."""
 
     @cuda.jit(device=True)
@@ -278,7 +277,7 @@ def _make_kernels(a_kind: int, b_kind: int, bits: int, promote: int):
     return {1: fp8_gemm_kernel1, 2: fp8_gemm_kernel2}
 
 
-def _make_kernel3(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str):
+def make_kernel3(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str):
     """Version 3 for one pair of scale kinds and formats (compiled in)."""
     dec_a = DECODE_X2[fmt_a]
     dec_b = DECODE_X2[fmt_b]
@@ -302,7 +301,7 @@ def _make_kernel3(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str):
 
     @cuda.jit
     def fp8_gemm_kernel3(a, a4, sa, b, b4, sb, c, vec_a, vec_b):
-        """SGEMM version 7's core (fp8lab/kernels/gemm.py) behind an FP8 front end. Block 256 threads, grid
+        """The register-tiled SGEMM core (kernels/common.py) behind an FP8 front end. Block 256 threads, grid
         (ceil(N/128), ceil(M/128)); each thread computes 8 x 8 outputs.
 
         Per k-step of 8, thread t fetches 4 codes of a row of a (a[m0 + t//2, k0 + 4(t%2) : +4]) and 4 of a row
@@ -352,28 +351,22 @@ def _make_kernel3(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str):
                 wa, s_a = fetch(a, a4, sa, a_kind, m0 + row, nxt + kq, M, K, vec_a)
                 wb, s_b = fetch(b, b4, sb, b_kind, n0 + row, nxt + kq, N, K, vec_b)
             for kk in range(BK3):
-                _fma_step7(sat, sbt, base + kk, t_row, t_col, reg_m, reg_n, acc)
+                sgemm_fma_step(sat, sbt, base + kk, t_row, t_col, reg_m, reg_n, acc)
             buf = 1 - buf
-        _store7(c, acc, m0, n0, t_row, t_col, M, N)
+        sgemm_store(c, acc, m0, n0, t_row, t_col, M, N)
 
     return fp8_gemm_kernel3
 
 
-_KERNELS: dict = {}
-_LUTS: dict = {}
-
-
 def kernels(a_kind: int, b_kind: int, bits: int, promote: int) -> dict:
+    """Versions 1 and 2 compiled for these scale kinds and accumulator options."""
     key = (a_kind, b_kind, bits, promote)
-    if key not in _KERNELS:
-        _KERNELS[key] = _make_kernels(*key)
-    return _KERNELS[key]
+    return runtime.cached(("fp8_gemm.v12",) + key, lambda: make_kernels(*key))
 
 
 def _lut(fmt: str):
-    if fmt not in _LUTS:
-        _LUTS[fmt] = cuda.to_device(formats.value_table(fmt))
-    return _LUTS[fmt]
+    """The 256-entry decode table of fmt on the device, made once."""
+    return runtime.cached(("fp8_gemm.lut", fmt), lambda: cuda.to_device(formats.value_table(fmt)))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -381,17 +374,12 @@ def _lut(fmt: str):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def scale_shape(granularity: str, rows: int, K: int) -> tuple:
-    nk = -(-K // GROUP_K)
-    return {"tensor": (1,), "tile": (rows, nk), "block": (-(-rows // GROUP_K), nk)}[granularity]
-
-
 def _check_operand(name: str, q):
     for attr in ("data", "scale", "granularity", "fmt"):
         if not hasattr(q, attr):
             raise TypeError(f"{name} must be a QuantizedTensor (attributes data, scale, granularity, fmt), "
                             f"got {V.describe(q)} without .{attr}")
-    V.choice(f"{name}.granularity", q.granularity, GRANULARITIES)
+    V.choice(f"{name}.granularity", q.granularity, OPERAND_GRANULARITIES)
     fmt = formats.get_format(q.fmt).name
     if fmt not in FMTS:
         raise ValueError(f"{name}.fmt must be one of {FMTS}, got {q.fmt!r}")
@@ -401,13 +389,13 @@ def _check_operand(name: str, q):
                          f"got {block!r}")
     data = V.array(f"{name}.data", q.data, dtype=np.uint8, ndim=2)
     rows, K = data.shape
-    scale = V.array(f"{name}.scale", q.scale, dtype=np.float32, shape=scale_shape(q.granularity, rows, K))
+    scale = V.array(f"{name}.scale", q.scale, dtype=np.float32, shape=spec.scale_shape(q.granularity, (rows, K)))
     return data, scale, fmt
 
 
 def _check_options(accum_bits, promote_every, fine: bool):
-    bits = accum._check_bits(accum_bits)
-    _, promote = accum._check_group_promote(ALIGN, promote_every)
+    bits = accum.check_bits(accum_bits)
+    _, promote = accum.check_group_promote(ALIGN, promote_every)
     if bits is None:
         if promote is not None:
             raise ValueError(f"promote_every needs accum_bits (the limited accumulator it promotes), got "
@@ -443,10 +431,7 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
                          f"qb.data {db.shape}")
     fine = qa.granularity != "tensor" or qb.granularity != "tensor"
     bits, promote = _check_options(accum_bits, promote_every, fine)
-    if version is None:
-        version = BEST if bits < 0 else max(LIMITED_VERSIONS)
-    if version not in VERSIONS or isinstance(version, bool):
-        raise ValueError(f"version must be one of {tuple(VERSIONS)} or None, got {version!r}")
+    version = V.version("version", version, VERSIONS, default=BEST if bits < 0 else max(LIMITED_VERSIONS))
     if bits >= 0 and version not in LIMITED_VERSIONS:
         raise ValueError(f"version {version} accumulates in FP32 only; accum_bits={accum_bits} needs version in "
                          f"{LIMITED_VERSIONS} (or None)")
@@ -456,7 +441,8 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
         y = V.array("out", out, dtype=np.float32, shape=(M, N))
         if not V.is_device_array(y):
             raise TypeError(f"out must be a device array, got {V.describe(out)}")
-    launch(V.to_device(da), V.to_device(dsa), V.to_device(db), V.to_device(dsb), y, _KIND[qa.granularity],
+    launch(runtime.to_device(da), runtime.to_device(dsa), runtime.to_device(db), runtime.to_device(dsb), y,
+           _KIND[qa.granularity],
            _KIND[qb.granularity], fa, fb, bits, promote, version)
     on_device = V.is_device_array(qa.data)
     return y if (on_device or out is not None) else y.copy_to_host()
@@ -468,14 +454,13 @@ def launch(a, sa, b, sb, out, a_kind, b_kind, fmt_a="e4m3", fmt_b="e4m3", bits=-
     sa2 = sa.reshape(1, 1) if a_kind == 0 else sa  # per-tensor scales as (1, 1): one indexing scheme
     sb2 = sb.reshape(1, 1) if b_kind == 0 else sb
     if version == 3:
-        key = (3, a_kind, b_kind, fmt_a, fmt_b)
-        if key not in _KERNELS:
-            _KERNELS[key] = _make_kernel3(a_kind, b_kind, fmt_a, fmt_b)
+        kernel = runtime.cached(("fp8_gemm.v3", a_kind, b_kind, fmt_a, fmt_b),
+                                lambda: make_kernel3(a_kind, b_kind, fmt_a, fmt_b))
         grid = ((N + BN3 - 1) // BN3, (M + BM3 - 1) // BM3)
-        va, vb = _vec_ok(a, 4), _vec_ok(b, 4)  # rows of codes readable as aligned uint32
+        va, vb = vec_ok(a, 4), vec_ok(b, 4)  # rows of codes readable as aligned uint32
         a4 = a.view(np.uint32) if va else runtime.unused_array(np.uint32)
         b4 = b.view(np.uint32) if vb else runtime.unused_array(np.uint32)
-        _KERNELS[key][grid, THREADS3](a, a4, sa2, b, b4, sb2, out, va, vb)
+        kernel[grid, THREADS3](a, a4, sa2, b, b4, sb2, out, va, vb)
         return
     k = kernels(a_kind, b_kind, bits, promote)[version]
     grid = ((N + TILE - 1) // TILE, (M + TILE - 1) // TILE)
@@ -484,7 +469,7 @@ def launch(a, sa, b, sb, out, a_kind, b_kind, fmt_a="e4m3", fmt_b="e4m3", bits=-
 
 def _expanded_scales(q, rows: int, K: int) -> np.ndarray:
     """(rows, ceil(K/128)) float32: the scale of every (row, K-group)."""
-    s = np.asarray(V.to_host(q.scale), np.float32)
+    s = np.asarray(runtime.to_host(q.scale), np.float32)
     nk = -(-K // GROUP_K)
     if q.granularity == "tensor":
         return np.full((rows, nk), s.reshape(-1)[0], np.float32)
@@ -495,7 +480,7 @@ def _expanded_scales(q, rows: int, K: int) -> np.ndarray:
 
 def _decoded(name, q):
     data, _, fmt = _check_operand(name, q)
-    return formats.decode(V.to_host(data), fmt)
+    return formats.decode(runtime.to_host(data), fmt)
 
 
 def reference(qa, qb, accum_bits=None, promote_every=None) -> np.ndarray:
@@ -527,7 +512,7 @@ def reference(qa, qb, accum_bits=None, promote_every=None) -> np.ndarray:
     A64, B64 = A.astype(np.float64), B.astype(np.float64)
     lim = np.zeros((M, N))
     for k0 in range(0, K, ALIGN):
-        lim = accum._limited_step(lim, A64[:, None, k0:k0 + ALIGN] * B64[None, :, k0:k0 + ALIGN], bits)
+        lim = accum.limited_step(lim, A64[:, None, k0:k0 + ALIGN] * B64[None, :, k0:k0 + ALIGN], bits)
         if promote and (k0 + ALIGN) % promote == 0:
             acc = acc + lim.astype(np.float32) * s(k0 // GROUP_K)
             lim = np.zeros_like(lim)
@@ -578,31 +563,19 @@ def fma_tolerance(qa, qb) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-class _Q:  # a minimal QuantizedTensor for main() (fp8lab.quant may not have fine granularities yet)
-    def __init__(self, data, scale, granularity, fmt="e4m3", block=GROUP_K):
-        self.data, self.scale, self.granularity, self.fmt, self.block = data, scale, granularity, fmt, block
+def random_operands(rng, M, N, K, on_device=False):
+    """(qa, qb): fresh N(0, 1) a (M, K) in 1 x 128 tiles and b (N, K) in 128 x 128 blocks, E4M3 (spec.quantize)."""
+    qs = []
+    for (rows, granularity) in ((M, "tile"), (N, "block")):
+        codes, scale, _ = spec.quantize(rng.standard_normal((rows, K), dtype=np.float32), granularity)
+        if on_device:
+            codes, scale = cuda.to_device(codes), cuda.to_device(scale)
+        qs.append(QuantizedTensor(codes, scale, "e4m3", granularity, GROUP_K))
+    return tuple(qs)
 
 
-def quantize_block_ref(x, block: int = GROUP_K):
-    """NumPy block x block quantization to E4M3: (codes, scale (ceil(R/block), ceil(K/block))), float32
-    arithmetic (inv = 448 / amax, codes = encode(x * inv), scale = amax / 448, amax floored at 1e-12)."""
-    x = np.asarray(x, np.float32)
-    R, K = x.shape
-    nr, nk = -(-R // block), -(-K // block)
-    pad = np.zeros((nr * block, nk * block), np.float32)
-    pad[:R, :K] = np.abs(x)
-    amax = np.maximum(pad.reshape(nr, block, nk, block).max(axis=(1, 3)), np.float32(1e-12)).astype(np.float32)
-    inv = (accum.FP8_MAX / amax).astype(np.float32)
-    full = np.repeat(np.repeat(inv, block, axis=0), block, axis=1)[:R, :K]
-    return formats.encode((x * full).astype(np.float32)), (amax / accum.FP8_MAX).astype(np.float32)
-
-
-def _random_operands(rng, M, N, K):
-    a = rng.standard_normal((M, K), dtype=np.float32)
-    b = rng.standard_normal((N, K), dtype=np.float32)
-    ca, sa = accum.quantize_tiles(a)
-    cb, sb = quantize_block_ref(b)
-    return _Q(ca, sa, "tile"), _Q(cb, sb, "block")
+def _on_device(q):
+    return QuantizedTensor(cuda.to_device(q.data), cuda.to_device(q.scale), q.fmt, q.granularity, q.block)
 
 
 def _check_all(rng, M, N, K) -> list:
@@ -611,14 +584,11 @@ def _check_all(rng, M, N, K) -> list:
     FP32: against reference64 within error_bound, and (simulator) bit for bit against `reference`. Limited
     accumulation: against `reference` (the NumPy model is slow, so on a GPU on a corner of at most 96 x 96:
     the outputs of a GEMM do not depend on each other)."""
-    from .. import bench
-
     rows = []
     for accum_bits, promote in ((None, None), (13, 128), (13, 32)):
         m, n = (M, N) if (runtime.IS_SIM or accum_bits is None) else (min(M, 96), min(N, 96))
-        qa, qb = _random_operands(rng, m, n, K)
-        da = _Q(cuda.to_device(qa.data), cuda.to_device(qa.scale), "tile")
-        db = _Q(cuda.to_device(qb.data), cuda.to_device(qb.scale), "block")
+        qa, qb = random_operands(rng, m, n, K)
+        da, db = _on_device(qa), _on_device(qb)
         ref64 = reference64(qa, qb)
         ref = reference(qa, qb, accum_bits, promote) if (runtime.IS_SIM or accum_bits is not None) else None
         for v in (VERSIONS if accum_bits is None else LIMITED_VERSIONS):
@@ -654,8 +624,8 @@ def _torch_fast_accum_stats(torch, rng, ks, M=256, N=256):
     for K in ks:
         a = rng.random((M, K), dtype=np.float32)  # positive inputs, as error_vs_k's "uniform"
         b = rng.random((N, K), dtype=np.float32)
-        ca = formats.encode(a * np.float32(448))
-        cb = formats.encode(b * np.float32(448))
+        ca = formats.encode(a * spec.FP8_MAX["e4m3"])
+        cb = formats.encode(b * spec.FP8_MAX["e4m3"])
         A, B = formats.decode(ca), formats.decode(cb)
         exact = A.astype(np.float64) @ B.astype(np.float64).T
         ta = torch.from_numpy(ca).cuda().view(torch.float8_e4m3fn)
@@ -675,63 +645,54 @@ def _torch_fast_accum_stats(torch, rng, ks, M=256, N=256):
     return rows
 
 
-def main(argv=None) -> None:  # python -m fp8lab.kernels.fp8_gemm [--deepseek]
-    """Check every version, then time at 4096^3; --deepseek also times the best version once at
-    M=4096, N=7168, K=16384 (about two minutes of GPU time for a CUDA-core kernel)."""
-    import sys
+OPTIONS = {"--deepseek": dict(action="store_true", help="also time the best version once at M, N, K = 4096, 7168, "
+                                                         "16384 (about two minutes of GPU time)")}
 
-    from .. import bench
 
-    argv = sys.argv[1:] if argv is None else argv
-
-    rng = np.random.default_rng()
+def checks(rng) -> list:
+    """Every version, FP32 and limited accumulation, against the references (see _check_all)."""
     M, N, K = (5, 9, 300) if runtime.IS_SIM else (1000, 777, 1111)
-    bench.print_table(f"fp8_gemm checks, {M}x{N}x{K}, tile x block scales ({runtime.backend})",
-                      ["version / options", "check", "rel. err vs float64: max / median"], _check_all(rng, M, N, K))
+    return [(f"{label}", f"{how}; rel. err. vs float64 max / median {err}") for label, how, err in
+            _check_all(rng, M, N, K)]
 
+
+def timings(rng, args) -> list:
+    """Every version at 4096^3 (and the best at DeepSeek-V3's 4096 x 7168 x 16384 with --deepseek) against
+    torch._scaled_mm (cuBLAS FP8 on the tensor cores, per-tensor scales) measured in the same run; then the
+    accuracy of _scaled_mm's fast accumulation against the emulator."""
     torch = bench.torch_cuda()
-    shapes = [(4096, 4096, 4096)] + ([(4096, 7168, 16384)] if "--deepseek" in argv else [])
-    rows = []
+    shapes = [(4096, 4096, 4096)] + ([(4096, 7168, 16384)] if getattr(args, "deepseek", False) else [])
+    tables = []
     for M, N, K in shapes:
         big = M * N * K > 4096**3
         flops = 2.0 * M * N * K
-        if runtime.IS_SIM:
-            rows.append([f"{M}x{N}x{K}", "not measured (simulator)", "-", "-", "-"])
-            continue
-        qa, qb = _random_operands(rng, M, N, K)
-        da = _Q(cuda.to_device(qa.data), cuda.to_device(qa.scale), "tile")
-        db = _Q(cuda.to_device(qb.data), cuda.to_device(qb.scale), "block")
+        qa, qb = random_operands(rng, M, N, K, on_device=True)
         out = cuda.device_array((M, N), np.float32)
-        base = None
+        rows = [bench.Row(f"v{v}: {VERSIONS[v]}",
+                          timing.time_ms(lambda v=v: fp8_gemm(qa, qb, out=out, version=v), warmup=0 if big else 1,
+                                         repeat=1 if big else 3), flops)
+                for v in ([BEST] if big else VERSIONS)]
+        ceiling = None
         if torch is not None:  # the tensor-core reference: cuBLAS FP8 with per-tensor scales
-            ta = torch.from_numpy(qa.data).cuda().view(torch.float8_e4m3fn)
-            tb = torch.from_numpy(qb.data).cuda().view(torch.float8_e4m3fn)
+            ta = torch.from_numpy(qa.data.copy_to_host()).cuda().view(torch.float8_e4m3fn)
+            tb = torch.from_numpy(qb.data.copy_to_host()).cuda().view(torch.float8_e4m3fn)
             one = torch.ones((), device="cuda")
-            base = bench.torch_time_ms(torch, lambda: torch._scaled_mm(ta, tb.t(), one, one,
-                                                                       out_dtype=torch.float32))
-            rows.append([f"{M}x{N}x{K}", "torch._scaled_mm (tensorwise, tensor cores)", f"{base:.3f} ms",
-                         f"{flops / base / 1e9:.1f}", "1"])
-        for v in ([BEST] if big else VERSIONS):
-            ms = runtime.time_ms(lambda: fp8_gemm(da, db, out=out, version=v), warmup=0 if big else 1,
-                                 repeat=1 if big else 3)
-            ratio = "-" if base is None else f"1/{ms / base:.0f}"
-            rows.append([f"{M}x{N}x{K}", f"fp8_gemm v{v} (CUDA cores, FP32 accum.)", runtime.fmt_ms(ms),
-                         f"{flops / ms / 1e9:.1f}", ratio])
-    bench.print_table("Timing (the CUDA-core kernels against the FP8 tensor cores, same run)",
-                      ["M x N x K", "kernel", "time", "TFLOP/s", "speed vs torch"], rows)
+            ms = timing.torch_time_ms(torch, lambda: torch._scaled_mm(ta, tb.t(), one, one, out_dtype=torch.float32))
+            rows.append(bench.Row("torch._scaled_mm, tensorwise (cuBLAS, FP8 tensor cores)", ms, flops))
+            ceiling = bench.rate(flops, ms, "TFLOP/s")
+        tables.append(bench.Table(f"FP8 GEMM {M}x{N}x{K}, A 1x128 tiles, B 128x128 blocks, float32 out", "TFLOP/s",
+                                  rows, ceiling=ceiling, ceiling_label="cuBLAS FP8", peak_kind="fp8"))
+    if torch is not None:
+        tables.append(bench.Table(
+            "torch._scaled_mm vs the emulator: max / mean relative error vs float64, same FP8 inputs (U[0,1) * 448, "
+            "per-tensor scale 1)", None, header=["K", "use_fast_accum=True", "use_fast_accum=False", "FP22 model",
+                                                 "FP22 + promote 128"],
+            cells=_torch_fast_accum_stats(torch, rng, (1024, 2048, 4096, 8192, 16384))))
+    return tables
 
-    if torch is None:
-        why = "simulator" if runtime.IS_SIM else "PyTorch with CUDA not installed"
-        print(f"\ntorch._scaled_mm use_fast_accum statistics: not measured ({why}); on the NumPy model instead:")
-        r = accum.error_vs_k(ks=(1024, 4096), trials=1, size=16, promote_every_list=(128,), rng=rng)
-        for lab, c in r["curves"].items():
-            print(f"  {lab:24s} " + "  ".join(f"K={k}: max {mx:.2e} mean {mn:.2e}"
-                                               for k, mx, mn in zip(r["ks"], c["max"], c["mean"])))
-        return
-    bench.print_table("torch._scaled_mm vs the emulator: max / mean relative error vs float64, same FP8 inputs "
-                      "(U[0,1) * 448, per-tensor scale 1)",
-                      ["K", "use_fast_accum=True", "use_fast_accum=False", "FP22 model", "FP22 + promote 128"],
-                      _torch_fast_accum_stats(torch, rng, (1024, 2048, 4096, 8192, 16384)))
+
+def main(argv=None) -> int:
+    return bench.main(__name__, argv)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import formats, runtime
+from .. import bench, formats, runtime, spec, timing
 from ..runtime import cuda
 
 TILE = runtime.sizes("gemm_tile")  # 16 on a GPU; 8 under the simulator (64 Python threads a block)
@@ -82,17 +82,10 @@ VERSIONS = {
 }
 BEST = 2
 
-_consts: dict = {}
-
-
 def _const(name):
-    """Device-resident constants made once per process: the E4M3 decode table and a unit scale."""
-    if name not in _consts:
-        if name == "lut":
-            _consts[name] = cuda.to_device(formats.value_table(formats.E4M3))
-        else:
-            _consts[name] = cuda.to_device(np.ones(1, np.float32))
-    return _consts[name]
+    """Device-resident constants made once per process: the E4M3 decode table ("lut") and a unit scale ("one")."""
+    make = {"lut": lambda: formats.value_table(formats.E4M3), "one": lambda: np.ones(1, np.float32)}[name]
+    return runtime.cached(("gemm_nt", name), lambda: cuda.to_device(make()))
 
 
 def launch(a, sa, b, sb, out, version: int = BEST) -> None:
@@ -113,55 +106,69 @@ def reference(a, b, sa=1.0, sb=1.0, fp8=False):
     return (np.asarray(a, np.float64) @ np.asarray(b, np.float64).T) * float(sa) * float(sb)
 
 
-def main() -> None:  # python -m fp8lab.kernels.gemm_nt
-    from .. import bench
-    from .quantize import reference as quantize_ref
-
-    if runtime.IS_SIM:
-        M, N, K = 20, 24, 40
-    else:
-        M, N, K = 4096, 4096, 4096
-    rng = np.random.default_rng()
+def _operands(rng, M, N, K):
+    """{kind: (a, b, sa, sb)}: float32 operands, and their per-tensor E4M3 codes and scales (spec)."""
     a = rng.standard_normal((M, K), dtype=np.float32)
     b = rng.standard_normal((N, K), dtype=np.float32)
-    qa, sa, _ = quantize_ref(a)
-    qb, sb, _ = quantize_ref(b)
-    flops = 2 * M * N * K
-    ceiling = {}  # measured in the same run: cuBLAS through PyTorch, when installed
-    torch = bench.torch_cuda()
-    if torch is not None:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-        ceiling["float32"] = ("torch float32 a @ b.T (cuBLAS SGEMM, TF32 off)",
-                              bench.torch_time_ms(torch, lambda: ta @ tb.T))
-        a8, b8 = ta.to(torch.float8_e4m3fn), tb.to(torch.float8_e4m3fn)
-        one = torch.ones((), device="cuda")
-        ceiling["e4m3"] = ("torch._scaled_mm e4m3 (FP8 tensor cores)", bench.torch_time_ms(
-            torch, lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.float32)))
+    qa, sa, _ = spec.quantize_tensor(a)
+    qb, sb, _ = spec.quantize_tensor(b)
+    return {"float32": (a, b, 1, 1), "e4m3": (qa, qb, sa, sb)}
 
-    def tflops(ms):
-        return "-" if ms is None else f"{flops / (ms * 1e-3) / 1e12:.2f}"
 
-    rows = []
-    for kind, (ha, hb, s1, s2) in {"float32": (a, b, 1, 1), "e4m3": (qa, qb, sa, sb)}.items():
+def checks(rng) -> list:
+    M, N, K = (20, 24, 40) if runtime.IS_SIM else (2051, 2053, 2055)
+    out = []
+    for kind, (ha, hb, s1, s2) in _operands(rng, M, N, K).items():
         ref = reference(ha, hb, s1, s2, fp8=kind == "e4m3")
         da, db = cuda.to_device(ha), cuda.to_device(hb)
         dsa, dsb = cuda.to_device(np.array([s1], np.float32)), cuda.to_device(np.array([s2], np.float32))
-        base = ceiling.get(kind, (None, None))[1]
-        for v, desc in VERSIONS.items():
-            out = bench.poisoned((M, N), np.float32)
-            launch(da, dsa, db, dsb, out, v)
-            # FP32 sums of K products: error grows like sqrt(K) * eps * sum|a*b|.
-            scale = np.abs(ha if kind == "float32" else formats.decode(ha)).mean() * np.abs(
-                hb if kind == "float32" else formats.decode(hb)).mean() * float(s1) * float(s2)
-            bench.assert_close(f"{kind} v{v}", out.copy_to_host(), ref, atol=1e-5 * K * scale, rtol=1e-5)
-            ms = runtime.time_ms(lambda: launch(da, dsa, db, dsb, out, v), repeat=5)
-            frac = "-" if ms is None or base is None else f"{base / ms:.1%}"
-            rows.append([f"{kind} v{v}: {desc}", "ok", runtime.fmt_ms(ms), tflops(ms), frac])
-        if kind in ceiling:
-            rows.append([ceiling[kind][0], "-", runtime.fmt_ms(ceiling[kind][1]), tflops(ceiling[kind][1]), "100%"])
-    bench.print_table(f"NT GEMM {M}x{N}x{K} ({runtime.backend})",
-                      ["version", "check", "time", "TFLOP/s", "of torch (same dtype)"], rows)
+        # FP32 sums of K products: the error grows like sqrt(K) * eps * sum |a * b|
+        scale = np.abs(ha if kind == "float32" else formats.decode(ha)).mean() * np.abs(
+            hb if kind == "float32" else formats.decode(hb)).mean() * float(s1) * float(s2)
+        for v in VERSIONS:
+            got = bench.poisoned((M, N), np.float32)
+            launch(da, dsa, db, dsb, got, v)
+            bench.assert_close(f"{kind} v{v}", got.copy_to_host(), ref, atol=1e-5 * K * scale, rtol=1e-5)
+            out.append((f"{kind} v{v} {M}x{N}x{K}", "within tolerance of float64"))
+    return out
+
+
+def timings(rng, args) -> list:
+    """Both versions at 4096^3, float32 and E4M3, against torch in the same dtype (cuBLAS) in the same run."""
+    M = N = K = 4096
+    flops = 2.0 * M * N * K
+    torch = bench.torch_cuda()
+    tables = []
+    for kind, (ha, hb, s1, s2) in _operands(rng, M, N, K).items():
+        da, db = cuda.to_device(ha), cuda.to_device(hb)
+        dsa, dsb = cuda.to_device(np.array([s1], np.float32)), cuda.to_device(np.array([s2], np.float32))
+        out = cuda.device_array((M, N), np.float32)
+        rows = [bench.Row(f"{kind} v{v}: {desc}",
+                          timing.time_ms(lambda v=v: launch(da, dsa, db, dsb, out, v), repeat=5), flops)
+                for v, desc in VERSIONS.items()]
+        ceiling, label = None, "cuBLAS"
+        if torch is not None:
+            if kind == "float32":
+                torch.backends.cuda.matmul.allow_tf32 = False
+                ta, tb = torch.from_numpy(ha).cuda(), torch.from_numpy(hb).cuda()
+                label = "torch float32 a @ b.T (cuBLAS SGEMM, TF32 off)"
+                ms = timing.torch_time_ms(torch, lambda: ta @ tb.T)
+            else:
+                a8 = torch.from_numpy(ha).cuda().view(torch.float8_e4m3fn)
+                b8 = torch.from_numpy(hb).cuda().view(torch.float8_e4m3fn)
+                one = torch.ones((), device="cuda")
+                label = "torch._scaled_mm e4m3 (cuBLAS, FP8 tensor cores)"
+                ms = timing.torch_time_ms(torch, lambda: torch._scaled_mm(a8, b8.t(), one, one,
+                                                                          out_dtype=torch.float32))
+            rows.append(bench.Row(label, ms, flops))
+            ceiling = bench.rate(flops, ms, "TFLOP/s")
+        tables.append(bench.Table(f"NT GEMM {M}x{N}x{K}, {kind} operands", "TFLOP/s", rows, ceiling=ceiling,
+                                  ceiling_label=f"torch {kind}", peak_kind="fp32" if kind == "float32" else "fp8"))
+    return tables
+
+
+def main(argv=None) -> int:
+    return bench.main(__name__, argv)
 
 
 if __name__ == "__main__":

@@ -2,22 +2,25 @@
 
 loss = sum((z - t)^2) / count,   dz = 2 (z - t) / count
 
-version 1 (the only one): stage 1, a grid-stride loop writes dz and each block reduces its squared errors
-with warp shuffles into one partial sum per block; stage 2, one block adds the partials. The original CUDA
-program issued one atomicAdd per element on a single address: every add waited for the one before it, and
-the float sum changed from run to run. Here the order is fixed, so the loss is deterministic.
+version 1: stage 1, a grid-stride loop writes dz and each block reduces its squared errors with warp shuffles
+           into one partial sum per block; stage 2, one block adds the partials. The original CUDA program
+           issued one atomicAdd per element on a single address: every add waited for the one before it, and
+           the float sum changed from run to run. Here the order is fixed, so the loss is deterministic.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import runtime
+from .. import bench, runtime, timing
 from ..runtime import cuda
-from .reduce import block_sum
+from .common import block_sum
 
+VERSIONS = {1: "fused dz and per-block partial sums (warp shuffles), one-block finalize"}
+BEST = 1
 THREADS = runtime.block_threads(256)
-MAX_BLOCKS = 4 if runtime.IS_SIM else 256
+PARTIALS = 4 if runtime.IS_SIM else 256
+"""Blocks of stage 1, so partial sums stage 2 adds (a grid-stride loop covers the rest)."""
 
 
 @cuda.jit
@@ -54,7 +57,7 @@ class MSELoss:
     def __init__(self, shape):
         self.shape = tuple(shape)
         self.size = int(np.prod(shape))
-        self.blocks, _ = runtime.grid_1d(self.size, THREADS, MAX_BLOCKS)
+        self.blocks, _ = runtime.grid_1d(self.size, THREADS, PARTIALS)
         self.partial = cuda.device_array(self.blocks, np.float32)
         self.loss = cuda.device_array(1, np.float32)
         self.dz = cuda.device_array(self.shape, np.float32)
@@ -68,5 +71,39 @@ class MSELoss:
 
 
 def reference(z, t):
+    """(loss, dz) in float64."""
     d = np.asarray(z, np.float64) - np.asarray(t, np.float64)
     return (d * d).mean(), 2 * d / d.size
+
+
+def checks(rng) -> list:
+    shape = (37, 53) if runtime.IS_SIM else (4099, 8191)
+    z = rng.standard_normal(shape, dtype=np.float32)
+    t = rng.standard_normal(shape, dtype=np.float32)
+    f = MSELoss(shape)
+    f.dz.copy_to_device(np.full(shape, np.nan, np.float32))
+    f.loss.copy_to_device(np.full(1, np.nan, np.float32))
+    f(cuda.to_device(z), cuda.to_device(t))
+    ref_loss, ref_dz = reference(z, t)
+    bench.assert_close("loss", f.loss.copy_to_host(), [ref_loss], atol=0, rtol=1e-5)
+    bench.assert_close("dz", f.dz.copy_to_host(), ref_dz, atol=0, rtol=1e-5)
+    return [(f"v1 loss and dz, {shape}", "within tolerance of float64")]
+
+
+def timings(rng, args) -> list:
+    shape = (8192, 8192)
+    z = cuda.to_device(rng.standard_normal(shape, dtype=np.float32))
+    t = cuda.to_device(rng.standard_normal(shape, dtype=np.float32))
+    f = MSELoss(shape)
+    nbytes = 3 * 4 * f.size  # read z and t, write dz
+    return [bench.Table(f"MSE loss and gradient, {shape} float32; bytes = z, t read + dz written", "GB/s",
+                        [bench.Row(f"v1: {VERSIONS[1]}", timing.time_ms(lambda: f(z, t)), nbytes)],
+                        ceiling=bench.copy_ceiling_gbs(4 * f.size))]
+
+
+def main(argv=None) -> int:
+    return bench.main(__name__, argv)
+
+
+if __name__ == "__main__":
+    main()

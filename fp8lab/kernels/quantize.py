@@ -2,34 +2,29 @@
 
 version 1: amax by a shared-memory tree reduction in each block, partial maxima reduced by a one-block
            finalize kernel (no atomics, no host round trip), then the cast.
-version 2: the same with warp-shuffle reductions (see kernels/reduce.py).
+version 2: the same with warp-shuffle reductions (see kernels/common.py).
 
 scale is the DEQUANTIZATION factor (DeepGEMM/DeepSeek convention): x ~= decode(code) * scale, with
 scale = amax / FP8_MAX, so the largest |x| encodes to exactly +-FP8_MAX. Transformer Engine calls this
 scale_inv. The cast multiplies by inv_scale = FP8_MAX / amax, computed once in float32 on the device.
 
-amax is floored at AMAX_FLOOR = 1e-12 so an all-zero tensor gives codes 0 and a finite scale instead of
-0/0. DeepGEMM floors at 1e-4, which suits BF16 activations; this course's gradients (amax about 1e-5 for the
-mean-squared loss of a 64x256 batch) would then top out near code value 45 instead of 448, still in E4M3's
-normal range but no longer using its top. With 1e-12 the largest |x| encodes to exactly +-448 unless the
-whole tensor is below 1e-12.
-
-NaN in the input propagates: amax becomes NaN, so every code is NaN and the loss shows it.
+amax is floored at spec.AMAX_FLOOR = 1e-12 so an all-zero tensor gives codes 0 and a finite scale instead of
+0/0 (fp8lab/spec.py says why 1e-12). NaN in the input propagates: amax becomes NaN, so every code is NaN and the
+loss shows it. The reference is spec.quantize_tensor.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import formats, runtime
+from .. import bench, runtime, spec, timing
 from ..runtime import cuda
-from .reduce import block_max, nanmax, tree_max
+from .common import DECODE, ENCODE_SAT, block_max, nanmax, tree_max
 
 THREADS = runtime.block_threads(256)
-MAX_BLOCKS = 1024 if not runtime.IS_SIM else 4
-AMAX_FLOOR = np.float32(1e-12)
-FP8_MAX = {"e4m3": np.float32(448.0), "e5m2": np.float32(57344.0)}
-ENCODE = {"e4m3": formats.encode_e4m3_sat, "e5m2": formats.encode_e5m2_sat}
+PARTIALS = 1024 if not runtime.IS_SIM else 4
+"""Blocks of the amax pass, so partial maxima the one-block finalize reduces (a grid-stride loop covers x)."""
+AMAX_FLOOR = spec.AMAX_FLOOR
 
 
 @cuda.jit
@@ -103,19 +98,18 @@ def _make_cast(encode):
     return cast_kernel, cast_transposed_kernel
 
 
-_KERNELS: dict = {}
-
-
 def kernels(fmt: str):
-    if fmt not in _KERNELS:
-        _KERNELS[fmt] = (_make_finalize(FP8_MAX[fmt]),) + _make_cast(ENCODE[fmt])
-    return _KERNELS[fmt]
+    """(finalize, cast, cast_transposed) kernels for fmt, compiled once."""
+    return runtime.cached(("quantize", fmt), lambda: (_make_finalize(spec.FP8_MAX[fmt]),)
+                          + _make_cast(ENCODE_SAT[fmt]))
 
 
 VERSIONS = {
-    1: ("shared-memory tree amax, finalize, cast", amax_partial_kernel1),
-    2: ("warp-shuffle amax, finalize, cast", amax_partial_kernel2),
+    1: "shared-memory tree amax, finalize, cast",
+    2: "warp-shuffle amax, finalize, cast",
 }
+BEST = 2
+AMAX_KERNELS = {1: amax_partial_kernel1, 2: amax_partial_kernel2}
 
 
 class TensorQuantizer:
@@ -125,13 +119,13 @@ class TensorQuantizer:
     and, with transpose=True (2-D only), `q.codes_t` (the codes of x.T, for the Wgrad GEMM).
     """
 
-    def __init__(self, shape, fmt: str = "e4m3", transpose: bool = False, version: int = 2):
+    def __init__(self, shape, fmt: str = "e4m3", transpose: bool = False, version: int = BEST):
         self.shape = tuple(shape)
         self.fmt = fmt
         self.transpose = transpose
         self.version = version
         size = int(np.prod(self.shape))
-        self.blocks, _ = runtime.grid_1d(size, THREADS, MAX_BLOCKS)
+        self.blocks, _ = runtime.grid_1d(size, THREADS, PARTIALS)
         self.partial = cuda.device_array(self.blocks, np.float32)
         self.amax = cuda.device_array(1, np.float32)
         self.scale = cuda.device_array(1, np.float32)
@@ -142,7 +136,7 @@ class TensorQuantizer:
                 raise ValueError(f"transpose=True needs a 2-D shape, got shape {self.shape}")
             self.codes_t = cuda.device_array(self.shape[::-1], np.uint8)
         self._finalize, self._cast, self._cast_t = kernels(fmt)
-        self._amax_kernel = VERSIONS[version][1]
+        self._amax_kernel = AMAX_KERNELS[version]
 
     def __call__(self, x):
         flat = x.reshape(x.size)
@@ -157,57 +151,6 @@ class TensorQuantizer:
         return self
 
 
-def reference(x: np.ndarray, fmt: str = "e4m3"):
-    """NumPy spec: (codes, scale, amax), float32 arithmetic exactly as the kernels do it."""
-    x = np.asarray(x, dtype=np.float32)
-    amax = np.float32(np.max(np.abs(x))) if not np.isnan(x).any() else np.float32(np.nan)
-    safe = np.float32(max(amax, AMAX_FLOOR)) if not np.isnan(amax) else amax
-    scale = np.float32(safe / FP8_MAX[fmt])
-    inv_scale = np.float32(FP8_MAX[fmt] / safe)
-    codes = formats.encode((x * inv_scale).astype(np.float32), fmt=formats.get_format(fmt), saturate=True)
-    return codes, scale, amax
-
-
-def main() -> None:  # python -m fp8lab.kernels.quantize
-    from .. import bench
-
-    n = runtime.sizes("bench")["n"]
-    rng = np.random.default_rng()
-    x = (rng.standard_normal(n, dtype=np.float32) * 3).astype(np.float32)
-    ref_codes, ref_scale, _ = reference(x)
-    dx = cuda.to_device(x)
-    nbytes = 2 * x.nbytes + x.size  # x read twice (amax pass, cast pass) + one byte per code written
-    ceiling = bench.copy_ceiling_gbs(x.nbytes)
-    rows = []
-    for v, (desc, _) in VERSIONS.items():
-        q = TensorQuantizer(x.shape, version=v)
-        q.codes.copy_to_device(np.full(n, 0xA5, np.uint8))
-        q(dx)
-        bench.assert_codes_equal(f"version {v}", q.codes.copy_to_host(), ref_codes)
-        assert q.scale.copy_to_host()[0] == ref_scale, f"version {v}: scale differs"
-        ms = runtime.time_ms(lambda: q(dx))
-        rows.append([f"v{v} {desc}", "ok", runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling)])
-    torch = bench.torch_cuda()
-    if torch is not None:  # PyTorch's equivalent: amax, scale, cast (saturating by clamping first)
-        tx = torch.from_numpy(x).cuda()
-
-        def torch_quantize():
-            inv = 448.0 / tx.abs().amax().clamp(min=float(AMAX_FLOOR))
-            return (tx * inv).clamp(-448, 448).to(torch.float8_e4m3fn)
-
-        ok = "ok" if (torch_quantize().view(torch.uint8).cpu().numpy() == ref_codes).all() else "differs"
-        ms = bench.torch_time_ms(torch, torch_quantize)
-        rows.append(["torch: amax, scale, .to(float8_e4m3fn)", ok, runtime.fmt_ms(ms), bench.gbs(nbytes, ms),
-                     bench.of_ceiling(nbytes, ms, ceiling)])
-    bench.print_table(
-        f"per-tensor E4M3 quantize, n={n:,} ({runtime.backend}); copy ceiling "
-        f"{'-' if ceiling is None else f'{ceiling:,.0f} GB/s'}",
-        ["version", "check", "time", "GB/s", "of copy"],
-        rows,
-    )
-
-
-
 def _make_dequantize(decode):
     @cuda.jit
     def dequantize_kernel(codes, scale, out):
@@ -220,13 +163,69 @@ def _make_dequantize(decode):
     return dequantize_kernel
 
 
-DEQUANTIZE = {"e4m3": _make_dequantize(formats.decode_e4m3), "e5m2": _make_dequantize(formats.decode_e5m2)}
-
-
 def dequantize(codes, scale, out, fmt: str = "e4m3") -> None:
     """Device arrays: out (float32, shape of codes) = decode(codes) * scale[0]."""
     n = codes.size
-    DEQUANTIZE[fmt][runtime.grid_1d(n, THREADS, MAX_BLOCKS)](codes.reshape(n), scale, out.reshape(n))
+    kernel = runtime.cached(("quantize.dequantize", fmt), lambda: _make_dequantize(DECODE[fmt]))
+    kernel[runtime.grid_1d(n, THREADS, runtime.MAX_BLOCKS)](codes.reshape(n), scale, out.reshape(n))
+
+
+reference = spec.quantize_tensor
+"""The spec: (codes, scale, amax) with float32 arithmetic exactly as the kernels do it."""
+
+
+def checks(rng) -> list:
+    shape = (37, 53) if runtime.IS_SIM else (4099, 8191)
+    x = rng.standard_normal(shape, dtype=np.float32) * 3
+    x[rng.random(shape) < 0.01] *= 50
+    ref_codes, ref_scale, ref_amax = reference(x)
+    dx = cuda.to_device(x)
+    out = []
+    for v, desc in VERSIONS.items():
+        q = TensorQuantizer(shape, transpose=True, version=v)
+        q.codes.copy_to_device(np.full(shape, 0xA5, np.uint8))
+        q.codes_t.copy_to_device(np.full(shape[::-1], 0xA5, np.uint8))
+        q(dx)
+        bench.assert_codes_equal(f"v{v} codes", q.codes.copy_to_host(), ref_codes)
+        bench.assert_codes_equal(f"v{v} codes_t", q.codes_t.copy_to_host(), ref_codes.T)
+        assert q.scale.copy_to_host()[0] == ref_scale and q.amax.copy_to_host()[0] == ref_amax, f"v{v}: scale"
+        out.append((f"v{v} {desc}, x {shape}", "bit-exact (codes, codes of x.T, scale)"))
+    got = bench.poisoned(shape, np.float32)
+    dequantize(cuda.to_device(ref_codes), cuda.to_device(np.array([ref_scale])), got)
+    assert np.array_equal(got.copy_to_host(), spec.dequantize(ref_codes, np.array([[ref_scale]]), *shape)), \
+        "dequantize differs"
+    out.append((f"dequantize, {shape}", "bit-exact"))
+    return out
+
+
+def timings(rng, args) -> list:
+    n = runtime.sizes("bench")["n"]
+    x = (rng.standard_normal(n, dtype=np.float32) * 3).astype(np.float32)
+    dx = cuda.to_device(x)
+    nbytes = 2 * x.nbytes + x.size  # x read twice (amax pass, cast pass) + one byte per code written
+    rows = []
+    for v, desc in VERSIONS.items():
+        q = TensorQuantizer(x.shape, version=v)
+        rows.append(bench.time_row(f"v{v}: {desc}", lambda q=q: q(dx), nbytes))
+    torch = bench.torch_cuda()
+    if torch is not None:  # PyTorch's equivalent: amax, scale, cast (saturating by clamping first)
+        tx = torch.from_numpy(x).cuda()
+        fp8_max = float(spec.FP8_MAX["e4m3"])
+
+        def torch_quantize():
+            inv = fp8_max / tx.abs().amax().clamp(min=float(AMAX_FLOOR))
+            return (tx * inv).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
+
+        same = np.array_equal(torch_quantize().view(torch.uint8).cpu().numpy(), reference(x)[0])
+        rows.append(bench.time_row(f"torch: amax, scale, .to(float8_e4m3fn) ({'bit-exact' if same else 'DIFFERS'})",
+                                   torch_quantize, nbytes,
+                                   timer=lambda fn: timing.torch_time_ms(torch, fn)))
+    return [bench.Table(f"per-tensor E4M3 quantize, n = {n:,} float32; bytes = x read twice + codes written",
+                        "GB/s", rows, ceiling=bench.copy_ceiling_gbs(x.nbytes))]
+
+
+def main(argv=None) -> int:
+    return bench.main(__name__, argv)
 
 
 if __name__ == "__main__":

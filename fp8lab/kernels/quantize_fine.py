@@ -18,10 +18,8 @@ version 2: fused: one warp per 1x128 tile; each lane loads 4 elements into regis
 version 3: fused and vectorized: 8 lanes per tile (4 tiles per warp, 16 elements per lane), four 16-byte
            loads per lane (ld.global.v4.f32), 3 shuffles, the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32,
            one 4-byte store per 4 codes. Needs K % 4 == 0 (aligned loads) and a group of 32..512 elements;
-           elsewhere quantize_tile runs version 2 (same codes, bit for bit). On an H200 it moves a 1 GiB
-           activation at 102-104% of the copy bandwidth (BENCHMARKS.md; a copy's bytes are half writes, a
-           quantizer's a fifth), version 2 at ~24%. Tuning knobs
-           (module constants, read when the kernel is built): WARPS3, MAX_REGISTERS3, LOAD_NC3.
+           elsewhere quantize_tile runs version 2 (same codes, bit for bit). It can beat a copy's bandwidth: a
+           copy's bytes are half writes, a quantizer's a fifth (measurements: BENCHMARKS.md).
 The other kernels (one version each):
 row:     one thread block per row: block_max over the row, then the cast (fused, one launch; the second read
          of the row hits L1/L2).
@@ -32,32 +30,10 @@ dequantize: elementwise, decode(code) * scale[r // group_rows, c // group_cols],
 requantize_tile_to_col: 1 x block tiles of x -> block x 1 tiles, i.e. 1 x block tiles of x.T, from the codes
          and scales only (see `requantize_tile_to_col`).
 
-Scales (`scale` is the DEQUANTIZATION factor: x ~= decode(code) * scale; Transformer Engine: scale_inv):
-- mode "amax" (default): scale = amax / FP8_MAX, inv_scale = FP8_MAX / amax, both float32 divisions, so each
-  nonzero group's largest |x| encodes to exactly +-FP8_MAX (448 for E4M3).
-- mode "pow2" (pow2_scale=True): t = amax / FP8_MAX rounded UP to a power of two. Up, so that no element
-  saturates (amax / scale <= FP8_MAX) and the cast is exact scaling by 2^-k; the price is up to one binade of
-  unused range. This is Transformer Engine's Float8BlockScaling choice: TE rounds its quantization factor
-  (FP8_MAX / amax) DOWN to a power of two, which is our dequantization factor rounded up.
-- mode "mx_floor" (OCP MX v1.0): shared_exp = floor(log2(amax)) - emax_elem (8 for E4M3, 15 for E5M2);
-  scale = 2^shared_exp. amax / scale lies in [256, 512) for E4M3, so elements above 464 saturate to 448.
-- mode "mx_ceil" (NVIDIA / Transformer Engine MXFP8): the "pow2" rule; nothing saturates.
-  E8M0 codes of the MX scales: 127 + exponent (the kernels write them; the reference uses formats.encode).
-  With AMAX_FLOOR the exponent stays in [-49, 119], inside E8M0's [-127, 127], so no clamping is needed.
-All power-of-two scales are computed exactly in float32 without ldexp: t = m * 2^e by frexp, 2^e = t / m.
-
-Policies (the same in the kernels and in the NumPy reference, so codes compare bit for bit):
-- Partial groups: when K (or M) is not a multiple of the group size the last group is smaller; its amax is
-  over the elements that exist (nothing is padded in memory).
-- All-zero group: amax is floored at AMAX_FLOOR = 1e-12 (kernels/quantize.py explains the value): codes are 0
-  (0x80 for -0.0) and the scale is finite and positive, not 0/0. A group with 0 < amax < 1e-12 uses the floor
-  too, so its largest element stays below FP8_MAX.
-- NaN or +-Inf anywhere in a group "poisons" the group: its scale is NaN, every code of the group is 0x7F
-  (E4M3 NaN; E5M2 0x7F is a NaN too) and its E8M0 code 0xFF, so dequantize gives NaN for the whole group and
-  the problem shows downstream. Inf is treated like NaN because it leaves no usable scale (FP8_MAX / Inf = 0
-  would silently zero the group's finite elements) and in training it means an overflow upstream. The codes
-  are written explicitly (no x * NaN), so the NaN code has a fixed sign on every backend.
-- requantize: a NaN that was in a tile poisons every 128 x 1 column group it reaches.
+Scales and policies (scale modes "amax", "pow2", "mx_floor", "mx_ceil"; partial, all-zero and NaN/Inf groups)
+are those of fp8lab/spec.py, whose NumPy functions are the reference every kernel here matches bit for bit;
+`make_group_scale` is the same rule as a device function. A NaN that was in a tile poisons every 128 x 1 column
+group of requantize it reaches.
 
 Run `python -m fp8lab.kernels.quantize_fine` to check every kernel against the reference and time it.
 TIP: a kernel that fails only on the GPU: run it under the simulator (FP8LAB_BACKEND=sim), where `print` and
@@ -71,24 +47,15 @@ import warnings
 
 import numpy as np
 
-from .. import formats, ptx, runtime
-from ..runtime import FULL_MASK, WARP_SIZE, cuda, shfl_xor_sync
-from .gemm import _vec_ok, ld_global_nc_v4_f32, ld_global_v4_f32
-from .quantize import AMAX_FLOOR, ENCODE, FP8_MAX
-from .reduce import block_max, nanmax, warp_max
+from .. import bench, runtime, spec, timing
+from ..runtime import FULL_MASK, MAX_BLOCKS, WARP_SIZE, cuda, shfl_xor_sync
+from ..spec import AMAX_FLOOR, E8M0_NAN, EMAX_ELEM, FP8_MAX, MODES, MX_GROUP, POISON_CODE
+from ..ptx import ld_global_v4_f32
+from .common import CVT_X2, DECODE, ENCODE_SAT, block_max, nanmax, vec_ok, warp_max
 
 THREADS = runtime.block_threads(256)  # row / block kernels: threads per block (one warp under the simulator)
 WARPS_PER_BLOCK = 4 if not runtime.IS_SIM else 1  # tile / mx kernels: one warp per tile
-MAX_BLOCKS = 65535 if not runtime.IS_SIM else 8  # grid-stride loops cover the rest
-ELEMENTWISE_THREADS = 256 if not runtime.IS_SIM else 32
-MAX_GROUP = 1024  # largest supported block (local arrays and the requantize shared tile are sized by it)
-MX_GROUP = 32
-EMAX_ELEM = {"e4m3": 8, "e5m2": 15}  # unbiased exponent of FP8_MAX (OCP MX emax_elem)
-MODES = ("amax", "pow2", "mx_floor", "mx_ceil")
-POISON_CODE = 0x7F  # the code every element of a NaN/Inf group gets
-E8M0_NAN = 0xFF
-DECODE = {"e4m3": formats.decode_e4m3, "e5m2": formats.decode_e5m2}
-CVT_X2 = {"e4m3": ptx.cvt_e4m3x2_satfinite, "e5m2": ptx.cvt_e5m2x2_satfinite}  # hardware cvt (sim: twins)
+ELEMENTWISE_THREADS = runtime.block_threads(256)
 if runtime.IS_SIM:  # version 3's NaN/Inf flag (x * 0) on NumPy scalars: the NaN is the point, not a problem
     warnings.filterwarnings("ignore", message="invalid value encountered in scalar multiply",
                             category=RuntimeWarning, module=__name__)
@@ -96,8 +63,6 @@ LANES3 = 8  # version 3: lanes per group (tile or MX group)
 GROUPS3 = WARP_SIZE // LANES3  # version 3: groups per warp
 MAX_GROUP3 = 512  # version 3: largest group (16 float4 per lane, kept in registers)
 WARPS3 = 4  # version 3: warps per block
-MAX_REGISTERS3 = None  # version 3: register cap for the compiler (None: its own choice)
-LOAD_NC3 = False  # version 3: load x through the read-only path (ld.global.nc)
 
 _F32_MAX = np.float32(np.finfo(np.float32).max)
 _F32_NAN = np.float32(np.nan)
@@ -111,7 +76,7 @@ _ZERO = np.float32(0.0)
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _make_group_scale(fmt: str, mode: str):
+def make_group_scale(fmt: str, mode: str):
     fp8_max = FP8_MAX[fmt]
     emax = EMAX_ELEM[fmt]
     mx_mul = np.float32(2.0 ** -(1 + emax))  # 2^e (from frexp) * 2^-(1+emax) = 2^(floor(log2 amax) - emax)
@@ -119,7 +84,8 @@ def _make_group_scale(fmt: str, mode: str):
 
     @cuda.jit(device=True)
     def group_scale(amax):
-        """(scale, inv_scale, e8m0_code) of a group from its amax; NaN scales for a NaN/Inf amax."""
+        """(scale, inv_scale, e8m0_code) of a group from its amax; NaN scales for a NaN/Inf amax
+        (spec.group_scale, the same rule in NumPy)."""
         if not amax <= _F32_MAX:  # NaN compares false; +Inf is above the largest float32
             return _F32_NAN, _F32_NAN, E8M0_NAN
         safe = amax if amax > AMAX_FLOOR else AMAX_FLOOR
@@ -139,42 +105,14 @@ def _make_group_scale(fmt: str, mode: str):
     return group_scale
 
 
-def _group_scale_ref(amax: np.ndarray, fmt: str, mode: str):
-    """NumPy twin of group_scale on an array of float32 amaxes: (scale, inv_scale, e8m0 codes)."""
-    amax = np.asarray(amax, np.float32)
-    fp8_max = FP8_MAX[fmt]
-    poisoned = ~(amax <= _F32_MAX)
-    safe = np.where(poisoned, _ONE, np.maximum(amax, AMAX_FLOOR)).astype(np.float32)
-    code = np.zeros(amax.shape, np.int64)
-    if mode == "amax":
-        scale = (safe / fp8_max).astype(np.float32)
-        inv = (fp8_max / safe).astype(np.float32)
-    else:
-        if mode == "mx_floor":
-            m, e = np.frexp(safe)
-            scale = ((safe / m) * np.float32(2.0 ** -(1 + EMAX_ELEM[fmt]))).astype(np.float32)
-            code = e.astype(np.int64) + (126 - EMAX_ELEM[fmt])
-        else:
-            t = (safe / fp8_max).astype(np.float32)
-            m, e = np.frexp(t)
-            exact = m == _HALF
-            scale = np.where(exact, t, t / m).astype(np.float32)
-            code = e.astype(np.int64) + np.where(exact, 126, 127)
-        inv = (_ONE / scale).astype(np.float32)
-    scale = np.where(poisoned, _F32_NAN, scale).astype(np.float32)
-    inv = np.where(poisoned, _F32_NAN, inv).astype(np.float32)
-    code = np.where(poisoned, E8M0_NAN, code).astype(np.uint8)
-    return scale, inv, code
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Kernels (built per (fmt, group size, mode): the group size sizes local and shared arrays, so it is a constant)
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _make_tile_kernels(fmt: str, gk: int, mode: str):
-    encode = ENCODE[fmt]
-    group_scale = _make_group_scale(fmt, mode)
+def make_tile_kernels(fmt: str, gk: int, mode: str):
+    encode = ENCODE_SAT[fmt]
+    group_scale = make_group_scale(fmt, mode)
     per_lane = (gk + WARP_SIZE - 1) // WARP_SIZE  # 4 for 1x128 tiles, 1 for MX groups of 32
     write_codes = mode in ("mx_floor", "mx_ceil")
 
@@ -250,10 +188,9 @@ def _make_tile_kernels(fmt: str, gk: int, mode: str):
     return tile_amax_kernel1, tile_cast_kernel1, tile_fused_kernel2
 
 
-def _make_tile_kernel3(fmt: str, gk: int, mode: str):
+def make_tile_kernel3(fmt: str, gk: int, mode: str):
     cvt_x2 = CVT_X2[fmt]
-    load4 = ld_global_nc_v4_f32 if LOAD_NC3 else ld_global_v4_f32
-    group_scale = _make_group_scale(fmt, mode)
+    group_scale = make_group_scale(fmt, mode)
     vpl = gk // (4 * LANES3)  # float4 loads per lane per group (4 for a 1 x 128 tile, 1 for an MX group of 32)
     nvals = vpl * 4
     poison4 = np.uint32(POISON_CODE * 0x01010101)
@@ -292,7 +229,7 @@ def _make_tile_kernel3(fmt: str, gk: int, mode: str):
                 v2 = _ZERO
                 v3 = _ZERO
                 if tk < ntk and c < K:  # K % 4 == 0: all four elements exist
-                    v0, v1, v2, v3 = load4(x, r, c)
+                    v0, v1, v2, v3 = ld_global_v4_f32(x, r, c)
                 vals[4 * q] = v0
                 vals[4 * q + 1] = v1
                 vals[4 * q + 2] = v2
@@ -324,14 +261,12 @@ def _make_tile_kernel3(fmt: str, gk: int, mode: str):
                         scale_codes[r, tk] = code
             w += nw
 
-    if MAX_REGISTERS3 and not runtime.IS_SIM:
-        return cuda.jit(max_registers=MAX_REGISTERS3)(tile_fused_kernel3)
     return cuda.jit(tile_fused_kernel3)
 
 
-def _make_row_kernel(fmt: str, mode: str):
-    encode = ENCODE[fmt]
-    group_scale = _make_group_scale(fmt, mode)
+def make_row_kernel(fmt: str, mode: str):
+    encode = ENCODE_SAT[fmt]
+    group_scale = make_group_scale(fmt, mode)
 
     @cuda.jit
     def row_kernel(x, codes, scale):
@@ -358,9 +293,9 @@ def _make_row_kernel(fmt: str, mode: str):
     return row_kernel
 
 
-def _make_block_kernel(fmt: str, g: int, mode: str):
-    encode = ENCODE[fmt]
-    group_scale = _make_group_scale(fmt, mode)
+def make_block_kernel(fmt: str, g: int, mode: str):
+    encode = ENCODE_SAT[fmt]
+    group_scale = make_group_scale(fmt, mode)
 
     @cuda.jit
     def block_kernel(x, codes, scale):
@@ -401,7 +336,7 @@ def _make_block_kernel(fmt: str, g: int, mode: str):
     return block_kernel
 
 
-def _make_dequantize_kernel(fmt: str):
+def make_dequantize_kernel(fmt: str):
     decode = DECODE[fmt]
 
     @cuda.jit
@@ -418,10 +353,10 @@ def _make_dequantize_kernel(fmt: str):
     return dequantize_kernel
 
 
-def _make_requantize_kernel(fmt: str, g: int, mode: str):
-    encode = ENCODE[fmt]
+def make_requantize_kernel(fmt: str, g: int, mode: str):
+    encode = ENCODE_SAT[fmt]
     decode = DECODE[fmt]
-    group_scale = _make_group_scale(fmt, mode)
+    group_scale = make_group_scale(fmt, mode)
     pitch = g + 4  # one padding word per row of the shared tile: lanes write different banks (see below)
 
     @cuda.jit
@@ -469,17 +404,8 @@ def _make_requantize_kernel(fmt: str, g: int, mode: str):
     return requantize_kernel
 
 
-_CACHE: dict = {}
-
-
-def _cached(key, make):
-    if key not in _CACHE:
-        _CACHE[key] = make()
-    return _CACHE[key]
-
-
 def _tile_kernels(fmt, gk, mode):
-    return _cached(("tile", fmt, gk, mode), lambda: _make_tile_kernels(fmt, gk, mode))
+    return runtime.cached(("quantize_fine.tile", fmt, gk, mode), lambda: make_tile_kernels(fmt, gk, mode))
 
 
 VERSIONS = {
@@ -496,18 +422,6 @@ BEST = 3
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def group_shape(granularity: str, shape, block: int = 128) -> tuple[int, int]:
-    """(rows, cols) of one group of an (M, K) array: row (1, K), tile (1, block), block (block, block), mx (1, 32)."""
-    M, K = shape
-    return {"row": (1, K), "tile": (1, block), "block": (block, block), "mx": (1, MX_GROUP)}[granularity]
-
-
-def scale_shape(granularity: str, shape, block: int = 128) -> tuple[int, int]:
-    """Shape of the scale array: one scale per group, groups along each dimension rounded up."""
-    gm, gk = group_shape(granularity, shape, block)
-    return (-(-shape[0] // gm), -(-shape[1] // gk))
-
-
 def _warp_grid(ngroups: int) -> tuple[int, int]:
     threads = WARPS_PER_BLOCK * WARP_SIZE
     return min(MAX_BLOCKS, -(-ngroups // WARPS_PER_BLOCK)), threads
@@ -518,7 +432,7 @@ def vector_ok(x, codes, block: int) -> bool:
     writable as aligned uint32 (both C-contiguous, K a multiple of 4, x 16-byte and codes 4-byte aligned)."""
     if block % (4 * LANES3) or block > MAX_GROUP3:
         return False
-    return bool(_vec_ok(x, 16) and _vec_ok(codes, 4))
+    return bool(vec_ok(x, 16) and vec_ok(codes, 4))
 
 
 def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", version=BEST, inv_scale=None,
@@ -534,7 +448,7 @@ def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", versio
     if version == 3:
         if scale_codes is None:
             scale_codes = runtime.unused_array(np.uint8)
-        kernel = _cached(("tile3", fmt, block, mode), lambda: _make_tile_kernel3(fmt, block, mode))
+        kernel = runtime.cached(("quantize_fine.tile3", fmt, block, mode), lambda: make_tile_kernel3(fmt, block, mode))
         warps = WARPS3 if not runtime.IS_SIM else 1
         sets = scale.shape[0] * -(-scale.shape[1] // GROUPS3)
         if sets >= 2**32 - MAX_BLOCKS * warps:  # w + nw must not wrap around in uint32
@@ -565,19 +479,19 @@ def quantize_mx(x, codes, scale, scale_codes, *, fmt="e4m3", rule="floor"):
 
 def quantize_row(x, codes, scale, *, fmt="e4m3", mode="amax"):
     """x (M, K) -> codes (M, K), scale (M, 1)."""
-    kernel = _cached(("row", fmt, mode), lambda: _make_row_kernel(fmt, mode))
+    kernel = runtime.cached(("quantize_fine.row", fmt, mode), lambda: make_row_kernel(fmt, mode))
     kernel[min(MAX_BLOCKS, x.shape[0]), THREADS](x, codes, scale)
 
 
 def quantize_block(x, codes, scale, *, fmt="e4m3", block=128, mode="amax"):
     """x (M, K) -> codes (M, K), scale (ceil(M/block), ceil(K/block))."""
-    kernel = _cached(("block", fmt, block, mode), lambda: _make_block_kernel(fmt, block, mode))
+    kernel = runtime.cached(("quantize_fine.block", fmt, block, mode), lambda: make_block_kernel(fmt, block, mode))
     kernel[min(MAX_BLOCKS, scale.size), THREADS](x, codes, scale)
 
 
 def dequantize(codes, scale, gm: int, gk: int, out, *, fmt="e4m3") -> None:
     """out (M, K) float32 = decode(codes) * scale[r // gm, c // gk] (device arrays)."""
-    kernel = _cached(("dequantize", fmt), lambda: _make_dequantize_kernel(fmt))
+    kernel = runtime.cached(("quantize_fine.dequantize", fmt), lambda: make_dequantize_kernel(fmt))
     kernel[runtime.grid_1d(codes.size, ELEMENTWISE_THREADS, MAX_BLOCKS)](codes, scale, gm, gk, out)
 
 
@@ -590,72 +504,28 @@ def requantize_tile_to_col(codes, scale, codes_t, scale_t, *, fmt="e4m3", block=
     (dW = dY.T @ X) needs for its reduction over tokens. The dequantized values live only in registers; no
     float32 copy of x is ever written to global memory.
     """
-    kernel = _cached(("requantize", fmt, block, mode), lambda: _make_requantize_kernel(fmt, block, mode))
+    kernel = runtime.cached(("quantize_fine.requantize", fmt, block, mode), lambda: make_requantize_kernel(fmt, block, mode))
     M, K = codes.shape
     nblocks = -(-K // 32) * -(-M // block)
     kernel[min(MAX_BLOCKS, nblocks), 32](codes, scale, codes_t, scale_t)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# NumPy reference: float32 arithmetic exactly as the kernels do it
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _group_amax(x: np.ndarray, gm: int, gk: int) -> np.ndarray:
-    """max |x| over each gm x gk group; partial groups at the edges cover the existing elements only
-    (zero padding cannot change a max of absolute values); NaN propagates."""
-    M, K = x.shape
-    Mp, Kp = -(-M // gm) * gm, -(-K // gk) * gk
-    a = np.zeros((Mp, Kp), np.float32)
-    a[:M, :K] = np.abs(x)
-    return a.reshape(Mp // gm, gm, Kp // gk, gk).max(axis=(1, 3))
-
-
-def _expand(s: np.ndarray, gm: int, gk: int, shape) -> np.ndarray:
-    """The per-group array s broadcast to every element of an array of `shape`."""
-    return np.repeat(np.repeat(s, gm, axis=0), gk, axis=1)[: shape[0], : shape[1]]
-
-
-def reference(x: np.ndarray, granularity: str, fmt: str = "e4m3", block: int = 128, mode: str = "amax"):
-    """NumPy spec: (codes, scale, scale_codes) for granularity row / tile / block / mx.
-
-    scale_codes are the E8M0 codes of the scales (formats.encode(scale, E8M0)); meaningful for mx.
-    For mx, `mode` must be "mx_floor" or "mx_ceil" and `block` is ignored (groups of 32).
-    """
-    x = np.asarray(x, dtype=np.float32)
-    gm, gk = group_shape(granularity, x.shape, block)
-    amax = _group_amax(x, gm, gk)
-    scale, inv, _ = _group_scale_ref(amax, fmt, mode)
-    inv_full = _expand(inv, gm, gk, x.shape)
-    with np.errstate(invalid="ignore"):
-        codes = formats.encode((x * inv_full).astype(np.float32), fmt=formats.get_format(fmt), saturate=True)
-    codes[np.isnan(inv_full)] = POISON_CODE
-    return codes, scale, formats.encode(scale, formats.E8M0)
-
-
-def reference_dequantize(codes, scale, gm: int, gk: int, fmt: str = "e4m3") -> np.ndarray:
-    return (formats.decode(codes, formats.get_format(fmt)) * _expand(scale, gm, gk, codes.shape)).astype(np.float32)
-
-
-def reference_requantize(codes, scale, fmt: str = "e4m3", block: int = 128, mode: str = "amax"):
-    """(codes_t (K, M), scale_t (K, ceil(M/block))): the tile reference applied to dequantize(codes).T."""
-    v = reference_dequantize(codes, scale, 1, block, fmt)
-    codes_t, scale_t, _ = reference(np.ascontiguousarray(v.T), "tile", fmt, block, mode)
-    return codes_t, scale_t
+reference = spec.quantize
+"""The spec: (codes, scale, scale_codes) of x for a granularity, bit for bit what the kernels write."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# python -m fp8lab.kernels.quantize_fine: check every kernel, then time it
+# Check, then time (bench.main)
 # ----------------------------------------------------------------------------------------------------------------
 
 
 CHECK_SHAPE = {"sim": (6, 300), "gpu": (1027, 7172)}
-"""x for main's bit-exact checks: no side a multiple of 128, K a multiple of 4 (so version 3 runs)."""
+"""x for the bit-exact checks: no side a multiple of 128, K a multiple of 4 (so version 3 runs)."""
 BENCH_SHAPE = (40960, 7168)
-"""x for main's timings on a GPU: 40960 tokens x DeepSeek-V3's hidden size 7168, float32 = 1.09 GiB."""
+"""x for the timings on a GPU: 40960 tokens x DeepSeek-V3's hidden size 7168, float32 = 1.09 GiB."""
 
 
-def _torch_tile_quantize(torch, tx):
+def torch_tile_quantize(torch, tx):
     """PyTorch's 1x128 tile quantize (DeepGEMM's per_token_cast_to_fp8, with our AMAX_FLOOR): (codes, scale).
 
     Both divisions by 448 go through a 0-dim tensor ON THE GPU. With a Python float PyTorch does not divide:
@@ -668,45 +538,43 @@ def _torch_tile_quantize(torch, tx):
     xv = tx.view(M, K // 128, 128)
     amax = xv.abs().amax(dim=2, keepdim=True).clamp(min=float(AMAX_FLOOR))
     fp8_max = torch.full((), FP8_MAX["e4m3"], device=tx.device)
-    codes = (xv * (fp8_max / amax)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(M, K)
+    codes = (xv * (fp8_max / amax)).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn).view(M, K)
     return codes, (amax / fp8_max).view(M, K // 128)
 
 
-def main() -> None:
-    """Check every kernel bit for bit on CHECK_SHAPE, then time it on BENCH_SHAPE against the copy ceiling."""
-    from .. import bench
+def _activation(rng, shape):
+    x = rng.standard_normal(shape, dtype=np.float32)
+    x[rng.random(shape) < 0.01] *= 50  # a few outliers, like LLM activations
+    return x
 
-    rng = np.random.default_rng()
 
-    def activation(shape):
-        x = rng.standard_normal(shape, dtype=np.float32)
-        x[rng.random(shape) < 0.01] *= 50  # a few outliers, like LLM activations
-        return x
+def _outs(granularity, shape, mx=False):
+    sh = spec.scale_shape(granularity, shape)
+    return (cuda.device_array(shape, np.uint8), cuda.device_array(sh, np.float32),
+            cuda.device_array(sh, np.uint8) if mx else None)
 
-    def outs(granularity, shape, block=128, mx=False):
-        sh = scale_shape(granularity, shape, block)
-        return (cuda.device_array(shape, np.uint8), cuda.device_array(sh, np.float32),
-                cuda.device_array(sh, np.uint8) if mx else None)
 
-    # (label, granularity, mode, launch(dx, outs), bytes moved per element besides x's read and the codes' write)
-    kernels = [(f"v{v} {desc}", "tile", "amax", lambda dx, o, v=v: quantize_tile(dx, o[0], o[1], version=v))
-               for v, desc in VERSIONS.items()]
-    kernels += [
+def _kernels():
+    """(label, granularity, mode, launch(dx, outs)) of every kernel the module checks and times."""
+    ks = [(f"v{v}: {desc}", "tile", "amax", lambda dx, o, v=v: quantize_tile(dx, o[0], o[1], version=v))
+          for v, desc in VERSIONS.items()]
+    return ks + [
         ("row: block per row, fused", "row", "amax", lambda dx, o: quantize_row(dx, o[0], o[1])),
         ("block 128x128: block per tile, fused", "block", "amax", lambda dx, o: quantize_block(dx, o[0], o[1])),
-        ("mx (floor): warp per 32, E8M0 scales", "mx", "mx_floor",
-         lambda dx, o: quantize_mx(dx, o[0], o[1], o[2], rule="floor")),
-        ("mx (ceil): warp per 32, E8M0 scales", "mx", "mx_ceil",
-         lambda dx, o: quantize_mx(dx, o[0], o[1], o[2], rule="ceil")),
+        ("mx (floor): E8M0 scales", "mx", "mx_floor", lambda dx, o: quantize_mx(dx, o[0], o[1], o[2], rule="floor")),
+        ("mx (ceil): E8M0 scales", "mx", "mx_ceil", lambda dx, o: quantize_mx(dx, o[0], o[1], o[2], rule="ceil")),
         (f"tile, pow2 scales (v{BEST})", "tile", "pow2", lambda dx, o: quantize_tile(dx, o[0], o[1], mode="pow2")),
     ]
 
-    # 1. bit-exact checks against the NumPy reference (poisoned outputs)
+
+def checks(rng) -> list:
+    """Every kernel bit for bit against the spec on CHECK_SHAPE, outputs poisoned."""
     M, K = CHECK_SHAPE["sim" if runtime.IS_SIM else "gpu"]
-    x = activation((M, K))
+    x = _activation(rng, (M, K))
     dx = cuda.to_device(x)
-    for label, granularity, mode, launch in kernels:
-        o = outs(granularity, x.shape, mx=granularity == "mx")
+    out = []
+    for label, granularity, mode, launch in _kernels():
+        o = _outs(granularity, x.shape, mx=granularity == "mx")
         o[0].copy_to_device(np.full(x.shape, 0xA5, np.uint8))
         o[1].copy_to_device(np.full(o[1].shape, np.nan, np.float32))
         launch(dx, o)
@@ -715,73 +583,65 @@ def main() -> None:
         assert (o[1].copy_to_host() == ref_scale).all(), f"{label}: scales differ"
         if o[2] is not None:
             bench.assert_codes_equal(f"{label} E8M0", o[2].copy_to_host(), ref_scodes)
+        out.append((f"{label}, x ({M}, {K})", "bit-exact"))
     codes, scale, _ = reference(x, "tile")
     dcodes, dscale = cuda.to_device(codes), cuda.to_device(scale)
-    out = bench.poisoned(x.shape, np.float32)
-    dequantize(dcodes, dscale, 1, 128, out)
-    assert np.array_equal(out.copy_to_host(), reference_dequantize(codes, scale, 1, 128), equal_nan=True), \
+    got = bench.poisoned(x.shape, np.float32)
+    dequantize(dcodes, dscale, 1, 128, got)
+    assert np.array_equal(got.copy_to_host(), spec.dequantize(codes, scale, 1, 128), equal_nan=True), \
         "dequantize differs"
+    out.append(("dequantize (tile)", "bit-exact"))
     ct = cuda.to_device(np.full((K, M), 0xA5, np.uint8))
     st = bench.poisoned((K, -(-M // 128)), np.float32)
     requantize_tile_to_col(dcodes, dscale, ct, st)
-    ref_ct, ref_st = reference_requantize(codes, scale)
+    ref_ct, ref_st = spec.requantize_tile_to_col(codes, scale)
     bench.assert_codes_equal("requantize", ct.copy_to_host(), ref_ct)
     assert (st.copy_to_host() == ref_st).all(), "requantize: scales differ"
-    print(f"checks ({runtime.backend}, x {M} x {K}): every kernel is bit-exact with the NumPy reference")
+    out.append(("requantize 1x128 -> 128x1", "bit-exact"))
+    return out
 
-    if runtime.IS_SIM:
-        print("simulator: nothing is timed (CUDA events report -1 and Python threads say nothing about a GPU).")
-        return
 
-    # 2. timings on a 1 GiB activation; bytes = x read + codes written + scales written (+ a second read of x
-    #    and the scale round trip for the two-pass version 1)
+def timings(rng, args) -> list:
+    """Every kernel on a 1.09 GiB activation; bytes = x read + codes written + scales written (+ a second read of
+    x and the scale round trip for the two-pass version 1)."""
     M, K = BENCH_SHAPE
-    x = activation((M, K))
+    x = _activation(rng, (M, K))
     dx = cuda.to_device(x)
-    ceiling = bench.copy_ceiling_gbs(x.nbytes)
-
-    def row(label, fn, nbytes, timer=runtime.time_ms):
-        """A table row: fn's GPU time (timer), its bandwidth moving nbytes, and one call of fn from Python."""
-        ms = timer(fn)
-        return [label, runtime.fmt_ms(ms), bench.gbs(nbytes, ms), bench.of_ceiling(nbytes, ms, ceiling),
-                runtime.fmt_ms(runtime.launch_ms(fn))]
-
     rows = []
-    for label, granularity, mode, launch in kernels:
-        o = outs(granularity, x.shape, mx=granularity == "mx")
+    for label, granularity, mode, launch in _kernels():
+        o = _outs(granularity, x.shape, mx=granularity == "mx")
         nbytes = x.nbytes + x.size + o[1].nbytes + (o[2].nbytes if o[2] is not None else 0)
-        if label.startswith("v1 "):
+        if label.startswith("v1:"):
             nbytes += x.nbytes + 3 * o[1].nbytes  # x again; inv_scale written, then read back
-        rows.append(row(label, lambda: launch(dx, o), nbytes))
+        rows.append(bench.time_row(label, lambda launch=launch, o=o: launch(dx, o), nbytes, launch=True))
     codes, scale, _ = reference(x[:8], "tile")  # dequantize / requantize inputs: any valid codes will do
     dcodes = cuda.to_device(np.resize(codes, x.shape))
     dscale = cuda.to_device(np.resize(scale, (M, K // 128)))
     out = cuda.device_array(x.shape, np.float32)
-    rows.append(row("dequantize (tile)", lambda: dequantize(dcodes, dscale, 1, 128, out),
-                    x.size + dscale.nbytes + x.nbytes))
+    rows.append(bench.time_row("dequantize (tile)", lambda: dequantize(dcodes, dscale, 1, 128, out),
+                               x.size + dscale.nbytes + x.nbytes, launch=True))
     ct = cuda.device_array((K, M), np.uint8)
     st = cuda.device_array((K, -(-M // 128)), np.float32)
-    rows.append(row("requantize 1x128 -> 128x1 (x.T)", lambda: requantize_tile_to_col(dcodes, dscale, ct, st),
-                    2 * x.size + dscale.nbytes + st.nbytes))
-
+    rows.append(bench.time_row("requantize 1x128 -> 128x1 (x.T)", lambda: requantize_tile_to_col(dcodes, dscale, ct, st),
+                               2 * x.size + dscale.nbytes + st.nbytes, launch=True))
     torch = bench.torch_cuda()
     if torch is not None:
         tx = torch.from_numpy(x).cuda()
-        tcodes, tscale = _torch_tile_quantize(torch, tx)
-        o = outs("tile", x.shape)
+        tcodes, tscale = torch_tile_quantize(torch, tx)
+        o = _outs("tile", x.shape)
         quantize_tile(dx, o[0], o[1])
         ncodes = int((tcodes.view(torch.uint8).cpu().numpy() != o[0].copy_to_host()).sum())
         nscales = int((tscale.cpu().numpy() != o[1].copy_to_host()).sum())
         same = "bit-exact" if ncodes == nscales == 0 else f"{ncodes} codes, {nscales} scales DIFFER"
-        rows.append(row(f"torch: amax, scale, .to(float8_e4m3fn) ({same})", lambda: _torch_tile_quantize(torch, tx),
-                        x.nbytes + x.size + o[1].nbytes, timer=lambda fn: bench.torch_time_ms(torch, fn)))
-    bench.print_table(
-        f"fine-grained E4M3 quantize, x ({M}, {K}) float32 = {x.nbytes / 2**30:.2f} GiB ({runtime.backend}); "
-        f"copy ceiling {ceiling:,.0f} GB/s (same run); bytes = read + written, scales included; time: the GPU's "
-        f"(CUDA events, runtime.time_ms); a call from Python: until the GPU is done (runtime.launch_ms)",
-        ["kernel", "time", "GB/s", "of copy", "a call from Python"],
-        rows,
-    )
+        rows.append(bench.time_row(f"torch: amax, scale, .to(float8_e4m3fn) ({same})",
+                                   lambda: torch_tile_quantize(torch, tx), x.nbytes + x.size + o[1].nbytes,
+                                   timer=lambda fn: timing.torch_time_ms(torch, fn), launch=True))
+    return [bench.Table(f"fine-grained E4M3 quantize, x ({M}, {K}) float32 = {x.nbytes / 2**30:.2f} GiB; bytes = "
+                        "read + written, scales included", "GB/s", rows, ceiling=bench.copy_ceiling_gbs(x.nbytes))]
+
+
+def main(argv=None) -> int:
+    return bench.main(__name__, argv)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ version 2: one block per row; threads stride over the row, partial sums meet in 
 
 Backward, with dot = sum_n dz * g * y over the row:
     dy = rstd * g * dz - rstd^3 * y * dot / N        (per row)
-    dg[n] = sum_m dz * y * rstd                        (a column sum over rows, see elementwise.colsum)
+    dg[n] = sum_m dz * y * rstd                        (a column sum over rows: elementwise.colsum)
 The backward kernels write `gy = dz * y * rstd` per element so dg needs no atomics.
 """
 
@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from .. import runtime
+from .. import bench, runtime, timing
 from ..runtime import cuda
-from .reduce import block_sum
+from .common import block_sum
 
 EPS = np.float32(1e-6)
 THREADS = runtime.block_threads(128)
@@ -87,10 +87,12 @@ def rmsnorm_backward_kernel2(dz, y, g, rstd, dy, gy):
 
 
 VERSIONS = {
-    1: ("one thread per row", rmsnorm_forward_kernel1, rmsnorm_backward_kernel1),
-    2: ("one block per row, warp-shuffle reduction", rmsnorm_forward_kernel2, rmsnorm_backward_kernel2),
+    1: "one thread per row",
+    2: "one block per row, warp-shuffle reduction",
 }
 BEST = 2
+KERNELS = {1: (rmsnorm_forward_kernel1, rmsnorm_backward_kernel1),
+           2: (rmsnorm_forward_kernel2, rmsnorm_backward_kernel2)}
 
 
 def _config(version, rows):
@@ -99,12 +101,12 @@ def _config(version, rows):
 
 def forward(y, g, z, rstd, version: int = BEST) -> None:
     """Device arrays: y (M, N), g (N,) -> z (M, N), rstd (M,)."""
-    VERSIONS[version][1][_config(version, y.shape[0])](y, g, z, rstd)
+    KERNELS[version][0][_config(version, y.shape[0])](y, g, z, rstd)
 
 
 def backward(dz, y, g, rstd, dy, gy, version: int = BEST) -> None:
     """Device arrays: dz, y (M, N), g (N,), rstd (M,) -> dy (M, N), gy = dz*y*rstd (M, N)."""
-    VERSIONS[version][2][_config(version, y.shape[0])](dz, y, g, rstd, dy, gy)
+    KERNELS[version][1][_config(version, y.shape[0])](dz, y, g, rstd, dy, gy)
 
 
 def reference_forward(y, g):
@@ -122,39 +124,56 @@ def reference_backward(dz, y, g):
     return dy, dg
 
 
-def main() -> None:  # python -m fp8lab.kernels.rmsnorm
-    from .. import bench
-    from .elementwise import colsum
+reference = reference_forward
 
-    M, N = (7, 45) if runtime.IS_SIM else (8192, 7168)
-    rng = np.random.default_rng()
+
+def _inputs(rng, M, N):
     y = rng.standard_normal((M, N), dtype=np.float32) * 3
     g = rng.uniform(0.5, 1.5, N).astype(np.float32)
     dz = rng.standard_normal((M, N), dtype=np.float32)
+    return y, g, dz
+
+
+def checks(rng) -> list:
+    M, N = (7, 45) if runtime.IS_SIM else (1027, 7171)
+    y, g, dz = _inputs(rng, M, N)
     ref_z, ref_r = reference_forward(y, g)
-    ref_dy, ref_dg = reference_backward(dz, y, g)
+    ref_dy, _ = reference_backward(dz, y, g)
+    ref_gy = dz.astype(np.float64) * y * ref_r[:, None]
     dy_, dg_, ddz = cuda.to_device(y), cuda.to_device(g), cuda.to_device(dz)
-    nbytes_f = y.nbytes * 2  # read y, write z
-    nbytes_b = y.nbytes * 4  # read dz, y; write dy, gy
-    ceiling = bench.copy_ceiling_gbs(y.nbytes)
-    rows = []
-    for v, (desc, _, _) in VERSIONS.items():
+    out = []
+    for v in VERSIONS:
         z, r = bench.poisoned((M, N), np.float32), bench.poisoned(M, np.float32)
-        dyo, gy, dg = bench.poisoned((M, N), np.float32), bench.poisoned((M, N), np.float32), bench.poisoned(N, np.float32)
+        dyo, gy = bench.poisoned((M, N), np.float32), bench.poisoned((M, N), np.float32)
         forward(dy_, dg_, z, r, v)
         backward(ddz, dy_, dg_, r, dyo, gy, v)
-        colsum(gy, dg)
-        bench.assert_close(f"forward v{v}", z.copy_to_host(), ref_z, atol=1e-5, rtol=1e-5)
+        bench.assert_close(f"forward z v{v}", z.copy_to_host(), ref_z, atol=1e-5, rtol=1e-5)
+        bench.assert_close(f"forward rstd v{v}", r.copy_to_host(), ref_r, atol=0, rtol=1e-5)
         bench.assert_close(f"backward dy v{v}", dyo.copy_to_host(), ref_dy, atol=1e-5, rtol=1e-4)
-        bench.assert_close(f"backward dg v{v}", dg.copy_to_host(), ref_dg, atol=1e-4 * np.sqrt(M), rtol=1e-4)
-        ms_f = runtime.time_ms(lambda: forward(dy_, dg_, z, r, v))
-        ms_b = runtime.time_ms(lambda: backward(ddz, dy_, dg_, r, dyo, gy, v))
-        rows.append([f"v{v} {desc}", "ok", runtime.fmt_ms(ms_f), bench.gbs(nbytes_f, ms_f),
-                     bench.of_ceiling(nbytes_f, ms_f, ceiling), runtime.fmt_ms(ms_b), bench.gbs(nbytes_b, ms_b),
-                     bench.of_ceiling(nbytes_b, ms_b, ceiling)])
-    bench.print_table(
-        f"RMSNorm {M}x{N} ({runtime.backend}); copy ceiling {'-' if ceiling is None else f'{ceiling:,.0f} GB/s'}",
-        ["version", "check", "forward", "GB/s", "of copy", "backward", "GB/s", "of copy"], rows)
+        bench.assert_close(f"backward gy v{v}", gy.copy_to_host(), ref_gy, atol=1e-6, rtol=1e-5)
+        out.append((f"v{v} forward and backward, {M}x{N}", "within tolerance of float64"))
+    return out
+
+
+def timings(rng, args) -> list:
+    M, N = 8192, 7168
+    y, g, dz = _inputs(rng, M, N)
+    dy_, dg_, ddz = cuda.to_device(y), cuda.to_device(g), cuda.to_device(dz)
+    z, r = cuda.device_array((M, N), np.float32), cuda.device_array(M, np.float32)
+    dyo, gy = cuda.device_array((M, N), np.float32), cuda.device_array((M, N), np.float32)
+    rows = []
+    for v, desc in VERSIONS.items():
+        rows.append(bench.Row(f"v{v} forward: {desc}", timing.time_ms(lambda v=v: forward(dy_, dg_, z, r, v)),
+                              2 * y.nbytes))  # read y, write z
+        rows.append(bench.Row(f"v{v} backward: {desc}",
+                              timing.time_ms(lambda v=v: backward(ddz, dy_, dg_, r, dyo, gy, v)),
+                              4 * y.nbytes))  # read dz, y; write dy, gy
+    return [bench.Table(f"RMSNorm {M}x{N} float32; bytes = rows read + rows written", "GB/s", rows,
+                        ceiling=bench.copy_ceiling_gbs(y.nbytes))]
+
+
+def main(argv=None) -> int:
+    return bench.main(__name__, argv)
 
 
 if __name__ == "__main__":

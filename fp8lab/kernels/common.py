@@ -1,0 +1,358 @@
+"""Device code shared by several kernels (llm.c's `common.h`): every kernel module imports its helpers from here,
+and never from another kernel module.
+
+Sections:
+- FP8 codecs: `encode_e4m3_sat`, `encode_e4m3`, `encode_e5m2_sat`, `encode_e5m2`, `decode_e4m3`, `decode_e5m2`,
+  software device functions bit-exact with fp8lab.formats (`ENCODE_SAT`, `DECODE` by format name), and the
+  hardware conversions by format name (`CVT_X2`, `DECODE_X2`, from fp8lab.ptx);
+- reductions: `nanmax`, `warp_sum`, `warp_max`, `block_sum`, `block_max`, `tree_max`;
+- vector access: `vec_ok(x, nbytes)` (host: may x be read nbytes at a time?) and `load4` (four float32, one
+  16-byte load where allowed);
+- the register-tiled SGEMM core: its geometry (`TILE_M`, `TILE_N`, `TILE_K`, `THREAD_M`, `THREAD_N`, ...),
+  `sgemm_fma_step` and `sgemm_store`, shared by gemm version 7 and fp8_gemm version 3.
+
+The FP8 codecs are plain float arithmetic that is exact (math.frexp, multiplication by powers of two,
+math.floor, comparisons, a hand-written round-half-even), so they run unchanged on the GPU (numba-cuda lowers
+math.frexp / math.floor / math.copysign to libdevice's __nv_frexpf / __nv_floorf / __nv_copysignf, inlined: the
+E4M3 encoder compiles to branchy float32 code with no call and no float64 instruction on sm_90) and in the
+simulator (Python's math). They take float32 or float64 and round the value they are given directly. Call them
+only from kernels compiled without fastmath: fast-math flags let the compiler assume no NaN and drop the NaN
+tests. NaN codes carry the input's sign like `formats.encode`.
+
+Reductions: blocks must have a multiple of 32 threads (a full-mask shuffle on a partial warp is undefined on a
+GPU); every live lane of a warp must reach every shuffle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import formats, ptx, runtime
+from ..ptx import ld_global_v4_f32, ld_shared_v4_f32
+from ..runtime import FULL_MASK, cuda, shfl_xor_sync
+
+__all__ = [
+    "encode_e4m3_sat", "encode_e4m3", "encode_e5m2_sat", "encode_e5m2", "decode_e4m3", "decode_e5m2",
+    "ENCODE_SAT", "DECODE", "CVT_X2", "DECODE_X2", "nanmax", "warp_sum", "warp_max", "block_sum", "block_max",
+    "tree_max", "vec_ok", "load4", "TILE_M", "TILE_N", "TILE_K", "THREAD_M", "THREAD_N", "TILE_THREADS",
+    "TILE_COLS", "TILE_BUF_ROWS", "TILE_HALF", "sgemm_fma_step", "sgemm_store",
+]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# FP8 codecs
+# ----------------------------------------------------------------------------------------------------------------
+# Constants. On the GPU they are float32 scalars, which Numba freezes as float32, so a float32 input is rounded
+# with float32 instructions only (a bare `a * 512.0` would be exact too, but computed in float64). In the
+# simulator the arithmetic is NumPy's, where a NumPy float32 scalar pulls a Python float (what math.frexp returns,
+# holding a float64 input exactly) down to float32 (NEP 50 weak scalars): there the constants are Python floats,
+# so every operation keeps the input's precision. Either way every operation below is exact for the values it
+# sees, so float32 and float64 inputs are both rounded directly.
+_K = float if runtime.IS_SIM else np.float32
+
+_ZERO = _K(0.0)
+_ONE = _K(1.0)
+_HALF = _K(0.5)
+_8 = _K(8.0)
+_16 = _K(16.0)
+_2P9 = _K(2.0**9)
+_2P16 = _K(2.0**16)
+_E4M3_MAX = _K(formats.E4M3.max_normal)  # 448
+_E4M3_OVERFLOW = _K(464.0)  # |x| > 464 overflows (464 itself rounds to 448, the even neighbour)
+_E4M3_MIN_NORMAL = _K(2.0**-6)
+_E5M2_MAX = _K(formats.E5M2.max_normal)  # 57344
+_E5M2_OVERFLOW = _K(61440.0)  # |x| >= 61440 overflows (61440 rounds to the even 2^16)
+_E5M2_MIN_NORMAL = _K(2.0**-14)
+# decode returns float32 on both backends
+_F32_NAN = np.float32(np.nan)
+_F32_INF = np.float32(np.inf)
+_F32_2M10 = np.float32(2.0**-10)
+_F32_2M17 = np.float32(2.0**-17)
+
+
+@cuda.jit(device=True)
+def _round_half_even(s):
+    """Nearest integer to s (0 <= s <= 16 here), ties to even. Exact: floor(s) and s - floor(s) are exact."""
+    f = math.floor(s)
+    d = s - f
+    r = int(f)
+    if d > _HALF or (d == _HALF and (r & 1) == 1):
+        r += 1
+    return r
+
+
+@cuda.jit(device=True)
+def _sign_bit(x):
+    """0x80 if x has its sign bit set (negative numbers, -0.0, -NaN, -Inf), else 0."""
+    return 0x80 if math.copysign(_ONE, x) < _ZERO else 0
+
+
+@cuda.jit(device=True)
+def _e4m3_magnitude(a):
+    """E4M3 code (0..0x7E) of a finite a in [0, 464], round to nearest even."""
+    if a < _E4M3_MIN_NORMAL:
+        return _round_half_even(a * _2P9)  # subnormal: units of 2^-9, 0..8 (8 is min normal, 0x08)
+    m, e = math.frexp(a)  # a = m * 2^e, 0.5 <= m < 1
+    # biased exponent e - 1 + 7; mantissa steps of 1/8: m * 16 in [8, 16), 16 carries into the exponent.
+    return (e + 5) * 8 + _round_half_even(m * _16)
+
+
+@cuda.jit(device=True)
+def _e5m2_magnitude(a):
+    """E5M2 code (0..0x7B) of a finite a in [0, 61440), round to nearest even."""
+    if a < _E5M2_MIN_NORMAL:
+        return _round_half_even(a * _2P16)  # subnormal: units of 2^-16, 0..4
+    m, e = math.frexp(a)
+    return (e + 13) * 4 + _round_half_even(m * _8)
+
+
+@cuda.jit(device=True)
+def encode_e4m3_sat(x):
+    """E4M3 code (int 0..255) of x, saturating (PTX satfinite): overflow, +-Inf -> +-448; NaN -> 0x7F|sign."""
+    sign = _sign_bit(x)
+    a = abs(x)
+    if a != a:
+        return 0x7F | sign
+    if a >= _E4M3_MAX:
+        return 0x7E | sign
+    return _e4m3_magnitude(a) | sign
+
+
+@cuda.jit(device=True)
+def encode_e4m3(x):
+    """E4M3 code (int 0..255) of x, non-saturating like ml_dtypes: |x| > 464, +-Inf and NaN -> 0x7F|sign."""
+    sign = _sign_bit(x)
+    a = abs(x)
+    if not a <= _E4M3_OVERFLOW:  # NaN compares false
+        return 0x7F | sign
+    return _e4m3_magnitude(a) | sign
+
+
+@cuda.jit(device=True)
+def encode_e5m2_sat(x):
+    """E5M2 code (int 0..255) of x, saturating: overflow and +-Inf -> +-57344; NaN -> 0x7E|sign."""
+    sign = _sign_bit(x)
+    a = abs(x)
+    if a != a:
+        return 0x7E | sign
+    if a >= _E5M2_MAX:
+        return 0x7B | sign
+    return _e5m2_magnitude(a) | sign
+
+
+@cuda.jit(device=True)
+def encode_e5m2(x):
+    """E5M2 code (int 0..255) of x, non-saturating like ml_dtypes: |x| >= 61440, +-Inf -> +-Inf; NaN -> 0x7E|sign."""
+    sign = _sign_bit(x)
+    a = abs(x)
+    if a != a:
+        return 0x7E | sign
+    if a >= _E5M2_OVERFLOW:
+        return 0x7C | sign
+    return _e5m2_magnitude(a) | sign
+
+
+@cuda.jit(device=True)
+def decode_e4m3(code):
+    """float32 value of an E4M3 code (0..255); 0x7F/0xFF -> NaN carrying the code's sign, 0x80 -> -0.0."""
+    c = int(code)
+    ef = (c >> 3) & 0xF
+    mf = c & 0x7
+    if ef == 0xF and mf == 0x7:
+        v = _F32_NAN
+    elif ef == 0:
+        v = np.float32(mf * 2) * _F32_2M10  # 0.mmm * 2^-6 = (2 * mmm) * 2^-10
+    else:
+        v = np.float32((8 + mf) << ef) * _F32_2M10  # 1.mmm * 2^(ef - 7) = (8 + mmm) * 2^ef * 2^-10
+    return -v if c & 0x80 else v
+
+
+@cuda.jit(device=True)
+def decode_e5m2(code):
+    """float32 value of an E5M2 code (0..255); S.11111.00 -> +-Inf, S.11111.{01,10,11} -> NaN, 0x80 -> -0.0."""
+    c = int(code)
+    ef = (c >> 2) & 0x1F
+    mf = c & 0x3
+    if ef == 0x1F:
+        v = _F32_INF if mf == 0 else _F32_NAN
+    elif ef == 0:
+        v = np.float32(mf * 2) * _F32_2M17  # 0.mm * 2^-14 = (2 * mm) * 2^-17
+    else:
+        v = np.float32((4 + mf) << ef) * _F32_2M17  # 1.mm * 2^(ef - 15) = (4 + mm) * 2^ef * 2^-17
+    return -v if c & 0x80 else v
+
+
+ENCODE_SAT = {"e4m3": encode_e4m3_sat, "e5m2": encode_e5m2_sat}
+"""Software saturating encoders by format name (the policy of formats.encode(..., saturate=True))."""
+DECODE = {"e4m3": decode_e4m3, "e5m2": decode_e5m2}
+CVT_X2 = {"e4m3": ptx.cvt_e4m3x2_satfinite, "e5m2": ptx.cvt_e5m2x2_satfinite}
+"""Hardware conversions of two float32 to two codes (twins under the simulator), by format name."""
+DECODE_X2 = {"e4m3": ptx.decode_e4m3x2, "e5m2": ptx.decode_e5m2x2}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reductions (version 1 of per-tensor quantize uses the shared-memory tree, version 2 the warp shuffles)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def nanmax(a, b):
+    """max that propagates NaN (plain max/`>` silently drops it, hiding a NaN input)."""
+    if a != a:
+        return a
+    if b != b or b > a:
+        return b
+    return a
+
+
+@cuda.jit(device=True)
+def warp_sum(v):
+    """Butterfly sum: after 5 xor-shuffles every lane holds the warp's total."""
+    offset = 16
+    while offset > 0:
+        v += shfl_xor_sync(FULL_MASK, v, offset)
+        offset //= 2
+    return v
+
+
+@cuda.jit(device=True)
+def warp_max(v):
+    offset = 16
+    while offset > 0:
+        v = nanmax(v, shfl_xor_sync(FULL_MASK, v, offset))
+        offset //= 2
+    return v
+
+
+@cuda.jit(device=True)
+def block_sum(v, slots):
+    """Sum of v over the block, returned to every thread. `slots`: shared float32 array of >= 32."""
+    lane = cuda.threadIdx.x % 32
+    warp = cuda.threadIdx.x // 32
+    v = warp_sum(v)
+    nwarps = (cuda.blockDim.x + 31) // 32
+    if nwarps == 1:  # one warp: done (the same branch for every thread, so no divergence)
+        return v
+    if lane == 0:
+        slots[warp] = v
+    cuda.syncthreads()
+    v = slots[lane] if lane < nwarps else np.float32(0)
+    v = warp_sum(v)  # every warp reduces the slots, so every thread gets the total
+    cuda.syncthreads()  # slots may be reused right after
+    return v
+
+
+@cuda.jit(device=True)
+def block_max(v, slots):
+    lane = cuda.threadIdx.x % 32
+    warp = cuda.threadIdx.x // 32
+    v = warp_max(v)
+    nwarps = (cuda.blockDim.x + 31) // 32
+    if nwarps == 1:
+        return v
+    if lane == 0:
+        slots[warp] = v
+    cuda.syncthreads()
+    v = slots[lane] if lane < nwarps else np.float32(0)
+    v = warp_max(v)
+    cuda.syncthreads()
+    return v
+
+
+@cuda.jit(device=True)
+def tree_max(v, smem):
+    """Version 1: shared-memory tree. `smem` holds blockDim.x floats; blockDim.x a power of two."""
+    tid = cuda.threadIdx.x
+    smem[tid] = v
+    cuda.syncthreads()
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if tid < s:
+            smem[tid] = nanmax(smem[tid], smem[tid + s])
+        cuda.syncthreads()
+        s //= 2
+    v = smem[0]
+    cuda.syncthreads()
+    return v
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Vector access
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def vec_ok(x, nbytes: int = 16) -> int:
+    """1 when x[i, j : j + n] (n elements of nbytes) may be read with one aligned nbytes-wide access for every j that
+    is a multiple of n: contiguous rows whose length in bytes is a multiple of nbytes, nbytes-aligned base.
+    The default, 16, is a float4 of a float32 array; fp8_gemm and quantize_fine also ask for 4 bytes of uint8 codes.
+    Pass the result to the kernel: it takes the vector path only where this said 1."""
+    rows, cols = x.shape
+    item = x.dtype.itemsize
+    if (cols * item) % nbytes or tuple(x.strides) != (cols * item, item):
+        return 0
+    if not runtime.IS_SIM:
+        if x.__cuda_array_interface__["data"][0] % nbytes:
+            return 0
+    return 1
+
+
+@cuda.jit(device=True)
+def load4(x, i, j, rows, cols, vec):
+    """x[i, j:j+4] as four float32, 0 outside the matrix; one 16-byte load when vec and all four exist."""
+    x0 = np.float32(0)
+    x1 = np.float32(0)
+    x2 = np.float32(0)
+    x3 = np.float32(0)
+    if i < rows:
+        if vec != 0 and j + 3 < cols:
+            x0, x1, x2, x3 = ld_global_v4_f32(x, i, j)
+        else:
+            if j < cols:
+                x0 = x[i, j]
+            if j + 1 < cols:
+                x1 = x[i, j + 1]
+            if j + 2 < cols:
+                x2 = x[i, j + 2]
+            if j + 3 < cols:
+                x3 = x[i, j + 3]
+    return x0, x1, x2, x3
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The register-tiled SGEMM core (gemm versions 5-7 have this geometry; 7 and fp8_gemm 3 share the code)
+# ----------------------------------------------------------------------------------------------------------------
+# Shared- and local-array shapes must be compile-time constants: every size is a module-level int.
+
+TILE_M, TILE_N, TILE_K = 128, 128, 8  # block tile: TILE_M x TILE_N outputs, k-steps of TILE_K
+THREAD_M, THREAD_N = 8, 8  # outputs per thread
+TILE_THREADS = (TILE_M // THREAD_M) * (TILE_N // THREAD_N)  # 256
+TILE_COLS = TILE_N // THREAD_N  # 16 threads across a block tile's columns
+TILE_BUF_ROWS = 2 * TILE_K  # two k-step buffers stacked in one shared array (double buffering)
+TILE_HALF = 64  # a thread's second group of 4 rows (and of 4 columns) starts 64 further
+
+
+@cuda.jit(device=True)
+def sgemm_fma_step(sat, sbt, k, t_row, t_col, reg_m, reg_n, acc):
+    """One k of the register-tiled SGEMM core: the thread's 8 values of a from row k of sat and its 8 of b from
+    row k of sbt (four ld.shared.v4.f32, 4 x 4 groups TILE_HALF apart), then acc += their outer product (64 FMAs).
+    Used by gemm version 7 and fp8_gemm version 3."""
+    reg_m[0], reg_m[1], reg_m[2], reg_m[3] = ld_shared_v4_f32(sat, k, t_row * 4)
+    reg_m[4], reg_m[5], reg_m[6], reg_m[7] = ld_shared_v4_f32(sat, k, TILE_HALF + t_row * 4)
+    reg_n[0], reg_n[1], reg_n[2], reg_n[3] = ld_shared_v4_f32(sbt, k, t_col * 4)
+    reg_n[4], reg_n[5], reg_n[6], reg_n[7] = ld_shared_v4_f32(sbt, k, TILE_HALF + t_col * 4)
+    for i in range(THREAD_M):
+        for j in range(THREAD_N):
+            acc[i, j] += reg_m[i] * reg_n[j]
+
+
+@cuda.jit(device=True)
+def sgemm_store(c, acc, m0, n0, t_row, t_col, M, N):
+    """The core's epilogue: acc's 2 x 2 groups of 4 x 4 to c (M x N), where inside it."""
+    for i in range(THREAD_M):
+        m = m0 + (i // 4) * TILE_HALF + t_row * 4 + i % 4
+        for j in range(THREAD_N):
+            n = n0 + (j // 4) * TILE_HALF + t_col * 4 + j % 4
+            if m < M and n < N:
+                c[m, n] = acc[i, j]
