@@ -42,7 +42,6 @@ import dataclasses
 
 import numpy as np
 
-from . import _validate as V
 from . import formats
 
 __all__ = [
@@ -216,11 +215,3 @@ def requantize_tile_to_col(codes, scale, fmt: str = "e4m3", block: int = GROUP_K
     v = dequantize(codes, scale, 1, block, fmt)
     codes_t, scale_t, _ = quantize(np.ascontiguousarray(v.T), "tile", fmt, block, mode)
     return codes_t, scale_t
-
-
-def check_block(block, granularity: str) -> int:
-    """block as a positive int, at most MAX_GROUP for tile/block granularities."""
-    block = V.positive_int("block", block)
-    if granularity in ("tile", "block") and block > MAX_GROUP:
-        raise ValueError(f"block must be at most {MAX_GROUP} for granularity {granularity!r}, got {block}")
-    return block
