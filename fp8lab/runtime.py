@@ -105,7 +105,7 @@ def to_device(x):
 
 
 def to_host(x) -> np.ndarray:
-    return x.copy_to_host() if hasattr(x, "copy_to_host") and not isinstance(x, np.ndarray) else np.asarray(x)
+    return x.copy_to_host() if _validate.is_device_array(x) else np.asarray(x)
 
 
 def device_info() -> dict:

@@ -563,19 +563,18 @@ def fma_tolerance(qa, qb) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _on_device(q):
+    return QuantizedTensor(cuda.to_device(q.data), cuda.to_device(q.scale), q.fmt, q.granularity, q.block)
+
+
 def random_operands(rng, M, N, K, on_device=False):
     """(qa, qb): fresh N(0, 1) a (M, K) in 1 x 128 tiles and b (N, K) in 128 x 128 blocks, E4M3 (spec.quantize)."""
     qs = []
     for (rows, granularity) in ((M, "tile"), (N, "block")):
         codes, scale, _ = spec.quantize(rng.standard_normal((rows, K), dtype=np.float32), granularity)
-        if on_device:
-            codes, scale = cuda.to_device(codes), cuda.to_device(scale)
-        qs.append(QuantizedTensor(codes, scale, "e4m3", granularity, GROUP_K))
+        q = QuantizedTensor(codes, scale, "e4m3", granularity, GROUP_K)
+        qs.append(_on_device(q) if on_device else q)
     return tuple(qs)
-
-
-def _on_device(q):
-    return QuantizedTensor(cuda.to_device(q.data), cuda.to_device(q.scale), q.fmt, q.granularity, q.block)
 
 
 def _check_all(rng, M, N, K) -> list:
