@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # Tests that need no GPU run everywhere (on the simulator without one); `make test-gpu` runs the rest.
 PYTEST_ARGS ?=
 
-.PHONY: lab test test-gpu train bench clean
+.PHONY: lab test test-gpu train bench clean site executed
 
 $(VENV)/.installed-%: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,13 @@ $(VENV)/.installed-%: pyproject.toml
 # Jupyter refuses to run as root unless told (containers often run as root).
 JUPYTER_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# The server's root is the repository (lectures, worksheets and work/ all reachable); lecture 00 opens first.
+LAB_FIRST ?= notebooks/00_start_here.ipynb
+LAB_CMD = $(VENV)/bin/jupyter lab $(JUPYTER_ROOT) --ServerApp.root_dir="$(CURDIR)" \
+	--LabApp.default_url=/lab/tree/$(LAB_FIRST) $(JUPYTER_ARGS)
+
 lab: $(VENV)/.installed-lab
-	$(VENV)/bin/jupyter lab $(JUPYTER_ROOT) $(JUPYTER_ARGS) notebooks/00_start_here.ipynb
+	$(LAB_CMD)
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -m "not gpu" --nbval-lax --nbval-current-env -p no:cacheprovider tests notebooks $(PYTEST_ARGS)
@@ -32,6 +37,16 @@ train: $(VENV)/.installed-lab
 
 bench: $(VENV)/.installed-lab
 	$(VENV)/bin/fp8lab bench all
+
+# The course as a website: site/index.html (the notebook map) and every lecture and worksheet rendered with
+# the outputs of a GPU run, from the executed copies kept in docs/executed/.
+site: $(VENV)/.installed-site
+	$(PY) scripts/site.py build
+
+# On a GPU machine: re-run every notebook and refresh docs/executed/ (then commit it); tests/test_site.py fails
+# while a source notebook is newer than its executed copy.
+executed: $(VENV)/.installed-site
+	FP8LAB_BACKEND=gpu $(PY) scripts/site.py execute
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,26 +1,40 @@
 """fp8lab: FP8 mixed-precision training the DeepSeek-V3 way, from PyTorch down to Numba-CUDA and PTX.
 
-The backend ("gpu" or "sim", Numba's CUDA simulator) is chosen once, here, by probing the CUDA driver
-without importing numba; FP8LAB_BACKEND=gpu|sim overrides. Kernels compile lazily, on first launch.
+The backend ("gpu" or "sim", Numba's CUDA simulator) is chosen once, when the first kernel or
+`fp8lab.backend` is used, by probing the CUDA driver without importing numba; FP8LAB_BACKEND=gpu|sim
+overrides. Kernels compile lazily, on first launch.
 """
 
 from __future__ import annotations
 
-from .runtime import backend  # first: selects the backend before numba.cuda is imported
-
-from .formats import E4M3, E5M2, E8M0, decode, encode  # noqa: E402
-from .kernels.fp8_gemm import fp8_gemm  # noqa: E402
-from .kernels.gemm import gemm  # noqa: E402
-from .quant import QuantizedTensor, dequantize, quantize, requantize_tile_to_col  # noqa: E402
-from .scaling import DelayedScaling  # noqa: E402
-from .training import RECIPES, History, TrainingDiverged, train  # noqa: E402
-
 __version__ = "0.1.0"
 
-__all__ = [
-    "backend", "info", "E4M3", "E5M2", "E8M0", "encode", "decode", "quantize", "dequantize",
-    "QuantizedTensor", "requantize_tile_to_col", "DelayedScaling", "gemm", "fp8_gemm", "train", "History", "RECIPES", "TrainingDiverged",
-]
+# Public name -> the module that defines it. Imported on first use (PEP 562), so that `fp8lab --backend sim`
+# and FP8LAB_BACKEND can still choose the backend after `import fp8lab`: the choice is made when
+# fp8lab.runtime is first imported (by the first kernel, `fp8lab.backend`, `fp8lab.info()`, ...).
+_PUBLIC = {
+    "backend": "runtime", "SimulatorSlowWarning": "runtime",
+    "E4M3": "formats", "E5M2": "formats", "E8M0": "formats", "encode": "formats", "decode": "formats",
+    "QuantizedTensor": "quant", "quantize": "quant", "dequantize": "quant", "requantize_tile_to_col": "quant",
+    "DelayedScaling": "scaling", "gemm": "kernels.gemm", "fp8_gemm": "kernels.fp8_gemm",
+    "train": "training", "History": "training", "RECIPES": "training", "TrainingDiverged": "training",
+}
+
+__all__ = ["info", *_PUBLIC]
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'fp8lab' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
 
 
 def _version(dist: str) -> str | None:

@@ -17,6 +17,10 @@ BACKENDS = ("gpu", "sim")
 ENV_VAR = "FP8LAB_BACKEND"
 
 
+class BackendError(RuntimeError):
+    """The backend asked for cannot be used (unknown name, no GPU, numba already in the other mode)."""
+
+
 def probe_driver() -> tuple[int, str]:
     """Return (device count, reason) from libcuda, without importing numba (well under 1 ms)."""
     try:
@@ -46,14 +50,12 @@ def select() -> tuple[str, str]:
     """Pick the backend and configure numba for it. Returns (backend, why)."""
     requested = os.environ.get(ENV_VAR, "").strip().lower()
     if requested not in ("",) + BACKENDS:
-        raise ValueError(
-            f"{ENV_VAR} must be one of {BACKENDS} (or unset to probe), got {os.environ[ENV_VAR]!r}"
-        )
+        raise BackendError(f"{ENV_VAR} must be one of {BACKENDS} (or unset to probe), got {os.environ[ENV_VAR]!r}")
     ndev, reason = probe_driver()
     if requested:
         backend, why = requested, f"{ENV_VAR}={requested} ({reason})"
         if requested == "gpu" and ndev == 0:
-            raise RuntimeError(
+            raise BackendError(
                 f"{ENV_VAR}=gpu, but {reason}. Unset {ENV_VAR} (or set it to 'sim') to use the simulator."
             )
     else:
@@ -61,7 +63,7 @@ def select() -> tuple[str, str]:
 
     already = _numba_mode()
     if already is not None and already != backend:
-        raise RuntimeError(
+        raise BackendError(
             f"numba.cuda was imported before fp8lab, in {already!r} mode, but fp8lab chose {backend!r} "
             f"({why}). The mode cannot change once numba.cuda is imported: import fp8lab first, or set "
             f"{ENV_VAR}={already} (restart the kernel/interpreter after changing it)."

@@ -5,6 +5,9 @@ NumPy only (device arrays are recognised by duck typing), so the NumPy spec modu
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import numpy as np
 
 
@@ -49,14 +52,48 @@ def array(name: str, x, *, dtype=None, ndim=None, shape=None, allow_device=True,
         raise ValueError(f"{name} must be {ndim}-D, got {describe(arr)}")
     if shape is not None:
         if len(shape) != arr.ndim or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
-            want = "(" + ", ".join("any" if s is None else str(s) for s in shape) + ")"
+            dims = ["any" if s is None else str(s) for s in shape]
+            want = f"({dims[0]},)" if len(dims) == 1 else "(" + ", ".join(dims) + ")"
             raise ValueError(f"{name} must have shape {want}, got {describe(arr)}")
     if arr.size == 0:
         raise ValueError(f"{name} must not be empty, got {describe(arr)}")
     if finite and isinstance(arr, np.ndarray) and not np.isfinite(arr).all():
-        bad = int((~np.isfinite(arr)).sum())
-        raise ValueError(f"{name} must be finite, got {bad} NaN/Inf value(s) in {describe(arr)}")
+        raise ValueError(f"{name} must be finite, got {nonfinite_summary(arr)} in {describe(arr)}")
     return arr
+
+
+def _first(mask: np.ndarray):
+    """The index of mask's first True, as an int for 1-D arrays and a tuple otherwise."""
+    i = tuple(int(j) for j in np.unravel_index(int(np.argmax(mask)), mask.shape))
+    return i[0] if len(i) == 1 else i
+
+
+def nonfinite_summary(arr: np.ndarray) -> str:
+    """'2 NaN/Inf value(s), the first (inf) at index (0, 3)', for a NumPy array that holds some."""
+    bad = ~np.isfinite(arr)
+    i = _first(bad)
+    return f"{int(bad.sum())} NaN/Inf value(s), the first ({arr[i]}) at index {i}"
+
+
+def float32_host(name: str, arr: np.ndarray) -> np.ndarray:
+    """A float16/32/64 NumPy array as a C-contiguous float32 array; ValueError where a finite float64 value lies
+    beyond float32's range (the cast would silently make it +-Inf)."""
+    with np.errstate(over="ignore"):  # overflow is reported below, with the index
+        out = np.ascontiguousarray(arr, dtype=np.float32)
+    if arr.dtype == np.float64:
+        over = np.isinf(out) & np.isfinite(arr)
+        if over.any():
+            i = _first(over)
+            raise ValueError(f"{name} must lie within float32's range (|value| <= {np.finfo(np.float32).max}), got "
+                             f"{int(over.sum())} value(s) beyond it, the first ({arr[i]}) at index {i} in "
+                             f"{describe(arr)}")
+    return out
+
+
+def boolean(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {describe(value)}")
+    return bool(value)
 
 
 def positive_int(name: str, value) -> int:
@@ -94,3 +131,18 @@ def version(name: str, value, versions, default=None) -> int:
     if int(value) not in keys:
         raise ValueError(f"{name} must be {expected}, got {value!r}")
     return int(value)
+
+
+@contextlib.contextmanager
+def no_float_warnings(on: bool = True):
+    """Silence NumPy's floating-point RuntimeWarnings ("invalid value / overflow / divide by zero encountered")
+    while the block runs, in every thread: the simulator runs device arithmetic as NumPy scalars in threads of
+    its own (np.errstate does not reach them), where a GPU gives the same NaN/Inf silently. on=False does
+    nothing (kernel launches on a GPU: no warnings to silence, and no 5 us to spend)."""
+    if not on:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"(invalid value|overflow|divide by zero) encountered", RuntimeWarning)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            yield

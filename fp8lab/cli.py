@@ -1,4 +1,8 @@
-"""The `fp8lab` command line: info, train, bench, worksheets, grade."""
+"""The `fp8lab` command line: info, train, bench, worksheets, grade.
+
+Nothing here imports fp8lab's kernels before the arguments are read: `--backend` must be applied before
+fp8lab.runtime picks the backend (numba's simulator mode is fixed when numba.cuda is first imported).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,35 @@ import argparse
 import os
 import sys
 
-from .kernels import MODULES as BENCHES
+from . import _backend
+from .kernels import MODULES as BENCHES  # the registry only; kernel modules are imported on use
+
+
+def _output_path(flag: str, path: str) -> str:
+    """Make the folder of an output file now, so a bad path fails before minutes of training, not after."""
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot create its folder ({e.strerror})") from None
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot write it ({e.strerror})") from None
+    if not existed:
+        os.remove(path)
+    return path
 
 
 def _train(args) -> int:
     import fp8lab as fl
+
+    if args.json:
+        _output_path("--json", args.json)
+    if not args.no_plot:
+        _output_path("--plot", args.plot)
 
     recipes = [args.recipe] if args.recipe == "fp32" or args.no_baseline else ["fp32", args.recipe]
     common = dict(steps=args.steps, seed=args.seed, batch=args.batch, d_in=args.d_in, d_out=args.d_out,
@@ -42,9 +70,6 @@ def _train(args) -> int:
         os.environ.setdefault("MPLBACKEND", "Agg")
         from .plotting import plot_losses
 
-        d = os.path.dirname(args.plot)
-        if d:
-            os.makedirs(d, exist_ok=True)
         plot_losses(hists, path=args.plot)
         print(f"wrote {args.plot}")
     return 0
@@ -53,19 +78,59 @@ def _train(args) -> int:
 def _bench(args) -> int:
     from .kernels import load
 
-    names = BENCHES if args.op == "all" else [args.op]
+    names = BENCHES + ("overhead",) if args.op == "all" else (args.op,)
     status = 0
     for name in names:
-        status |= load(name).main(args.rest)  # each kernel module's own options (--markdown, --check-only, ...)
+        if name == "overhead":  # the public API against its kernels (not a kernel module)
+            from . import overhead
+
+            status |= overhead.main(args.rest)
+        else:  # each kernel module's own options (--markdown, --check-only, ...)
+            status |= load(name).main(args.rest)
     return status
+
+
+def _apply_backend(choice: str | None) -> None:
+    """Set FP8LAB_BACKEND for this process (and the notebooks it runs), before the backend is chosen."""
+    if choice is None:
+        return
+    if "fp8lab.runtime" in sys.modules:  # called from Python after the backend was chosen
+        chosen = sys.modules["fp8lab.runtime"].backend
+        if chosen != choice:
+            raise _backend.BackendError(f"--backend {choice}: this Python process already uses the {chosen!r} backend")
+    os.environ[_backend.ENV_VAR] = choice
+
+
+def _leading_backend(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(--backend value, the other arguments) for a `--backend X` given before the command."""
+    if argv and argv[0].startswith("--backend="):
+        return argv[0].split("=", 1)[1], argv[1:]
+    if len(argv) >= 2 and argv[0] == "--backend":
+        return argv[1], argv[2:]
+    return None, argv
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("worksheets", "grade"):  # they parse their own options (--help included)
+    try:
+        return _main(argv)
+    except _backend.BackendError as e:  # no GPU for --backend gpu, a bad FP8LAB_BACKEND, ...
+        print(f"fp8lab: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str]) -> int:
+    choice, rest = _leading_backend(argv)
+    if choice is not None and choice not in _backend.BACKENDS:
+        print(f"fp8lab: error: --backend must be one of {_backend.BACKENDS}, got {choice!r}", file=sys.stderr)
+        return 2
+    if rest and rest[0] in ("worksheets", "grade"):  # they parse their own options (--help included)
         from . import worksheets
 
-        return worksheets.main(argv[1:] if argv[0] == "worksheets" else argv)
+        _apply_backend(choice)  # the notebooks' kernels inherit it
+        if rest[0] == "worksheets":
+            return worksheets.main(rest[1:])
+        return worksheets.main(rest[1:], prog="fp8lab grade")
     p = argparse.ArgumentParser(prog="fp8lab", description="FP8 training course: kernels, checks, benchmarks.")
     p.add_argument("--backend", choices=("gpu", "sim"), help="force a backend (same as FP8LAB_BACKEND)")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -90,7 +155,8 @@ def main(argv=None) -> int:
     t.add_argument("--no-progress", action="store_true")
 
     b = sub.add_parser("bench", help="check every kernel version against its reference, then time it")
-    b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("all",))
+    b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("overhead", "all"),
+                   help="a kernel module, overhead (the public API against its preallocated kernels), or all")
     b.add_argument("rest", nargs=argparse.REMAINDER,
                    help="passed to each kernel module: --markdown (a BENCHMARKS.md section), --check-only, and "
                         "module options (gemm: --plot PATH; fp8_gemm: --deepseek)")
@@ -102,8 +168,7 @@ def main(argv=None) -> int:
     g.add_argument("rest", nargs=argparse.REMAINDER)
 
     args = p.parse_args(argv)
-    if args.backend:
-        os.environ["FP8LAB_BACKEND"] = args.backend
+    _apply_backend(args.backend)
     import fp8lab
 
     try:

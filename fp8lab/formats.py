@@ -218,16 +218,17 @@ _ALIASES = {
 }
 
 
-def get_format(fmt) -> Format:
-    """A Format from a Format or a name ('e4m3', 'e4m3fn', 'e5m2', 'e8m0', ml_dtypes names; any case)."""
+def get_format(fmt, name: str = "fmt") -> Format:
+    """A Format from a Format or a name ('e4m3', 'e4m3fn', 'e5m2', 'e8m0', ml_dtypes names; any case).
+    name: what errors call the argument."""
     if isinstance(fmt, Format):
         return fmt
     expected = f"a Format or one of {tuple(FORMATS)} (also 'e4m3fn' and the ml_dtypes names)"
     if not isinstance(fmt, str):
-        raise TypeError(f"fmt must be {expected}, got {_describe(fmt)}")
+        raise TypeError(f"{name} must be {expected}, got {_describe(fmt)}")
     found = _ALIASES.get(fmt.strip().lower())
     if found is None:
-        raise ValueError(f"fmt must be {expected}, got {fmt!r}")
+        raise ValueError(f"{name} must be {expected}, got {fmt!r}")
     return found
 
 
@@ -301,7 +302,7 @@ def encode(x, fmt=E4M3, saturate: bool = True) -> np.ndarray:
     x: float16/float32/float64 (or integer, bfloat16) array-like; every value is rounded directly from its
     exact value. fmt: a Format or a name. saturate: True clamps overflow and +-Inf to +-max normal (PTX
     `cvt.rn.satfinite`); False gives NaN (E4M3) / Inf (E5M2) like ml_dtypes. See the module docstring for NaN,
-    signed zeros and E8M0.
+    signed zeros and E8M0. Any shape, 0-d and empty included (an empty x gives an empty result).
     """
     fmt = get_format(fmt)
     if not isinstance(saturate, (bool, np.bool_)):
@@ -355,7 +356,8 @@ def value_table(fmt=E4M3) -> np.ndarray:
 
 
 def decode(codes, fmt=E4M3) -> np.ndarray:
-    """float32 values (shape of codes) of FP8 codes: uint8, or any integer array-like with values in 0..255."""
+    """float32 values (shape of codes) of FP8 codes: uint8, or any integer array-like with values in 0..255.
+    Any shape, 0-d and empty included."""
     fmt = get_format(fmt)
     try:
         arr = np.asarray(codes)

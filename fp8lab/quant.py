@@ -26,10 +26,12 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
              mx_rule: str = "floor") -> QuantizedTensor:
     """Quantize float32 `x` (NumPy or device array) to FP8 codes with one scale per group.
 
-    granularity: "tensor" (any shape, one scale), or for a 2-D x (M, K): "row" (1 x K groups), "tile"
+    granularity: "tensor" (any shape but 0-d, one scale), or for a 2-D x (M, K): "row" (1 x K groups), "tile"
     (1 x block along K: DeepSeek-V3 activations), "block" (block x block: DeepSeek-V3 weights), "mx" (1 x 32,
-    E8M0 power-of-two scales, OCP MX; `block` is ignored). Groups at the right/bottom edge are partial when K
-    (M) is not a multiple of the group size: their amax is over the elements that exist.
+    E8M0 power-of-two scales, OCP MX). Groups at the right/bottom edge are partial when K (M) is not a multiple
+    of the group size: their amax is over the elements that exist. block: a positive int up to MAX_GROUP
+    (1024) for "tile" and "block"; ignored, and not checked, for "tensor", "row" and "mx". fmt: "e4m3" or
+    "e5m2" in any spelling formats.get_format takes ("E4M3", "float8_e4m3fn", fl.E4M3).
 
     scale = amax / FP8_MAX (448 for E4M3), so each nonzero group's largest |x| encodes to exactly +-FP8_MAX;
     rounding is to nearest even, saturating. pow2_scale=True rounds each scale UP to a power of two (no
@@ -39,15 +41,20 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
     saturates).
 
     Edge cases: an all-zero group gets codes 0 and the finite scale AMAX_FLOOR / FP8_MAX (amax is floored at
-    1e-12, as for "tensor"). "tensor": NaN makes every code NaN. Fine granularities: a group holding NaN or
-    +-Inf gets scale NaN and NaN codes (0x7F), so it dequantizes to NaN; other groups are unaffected; for
-    NumPy input the number of such groups is `q.nonfinite_groups` and a RuntimeWarning says so.
-    NumPy inputs of dtype float16/float64 are converted to float32, and non-contiguous ones (slices,
-    transposes) are copied to a contiguous array first; device arrays must be float32 and C-contiguous.
+    1e-12, as for "tensor"). NaN or +-Inf poisons the group that holds it (for "tensor": the whole tensor):
+    scale NaN and every code 0x7F (NaN), so it dequantizes to NaN and the loss shows it; other groups are
+    unaffected. For NumPy input `q.nonfinite_groups` counts the poisoned groups and a RuntimeWarning says so
+    (device results are not copied back to count them; the kernels apply the same policy).
+    NumPy inputs of dtype float16/float64 are converted to float32 (ValueError for finite float64 values beyond
+    float32's range, which would become Inf), and non-contiguous ones (slices, transposes) are copied to a
+    contiguous array first; device arrays must be float32 and C-contiguous.
     """
     name = spec.fmt_name(fmt)
     V.choice("granularity", granularity, GRANULARITIES)
-    V.positive_int("block", block)
+    if granularity in ("tile", "block"):
+        block = V.positive_int("block", block)
+        if block > spec.MAX_GROUP:
+            raise ValueError(f"block must be at most {spec.MAX_GROUP} for granularity {granularity!r}, got {block}")
     if not isinstance(pow2_scale, (bool, np.bool_)):
         raise TypeError(f"pow2_scale must be a bool, got {V.describe(pow2_scale)}")
     V.choice("mx_rule", mx_rule, MX_RULES)
@@ -56,25 +63,30 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
         arr = V.array("x", x, dtype=np.float32)
     else:
         arr = V.array("x", x, dtype=(np.float16, np.float32, np.float64))
-        arr = np.ascontiguousarray(arr, dtype=np.float32)
+    if arr.ndim == 0:
+        raise ValueError(f"x must have at least one dimension (np.atleast_1d makes a scalar 1-D), got "
+                         f"{V.describe(arr)}")
+    if not on_device:
+        arr = V.float32_host("x", arr)
+    runtime.sim_check("fl.quantize", arr.shape, granularity)  # warns once if the simulator would take minutes
     if granularity == "tensor":
         if pow2_scale:
             raise ValueError("pow2_scale=True needs a fine granularity ('row', 'tile', 'block', 'mx'), "
                              "got granularity 'tensor'")
         q = qk.TensorQuantizer(arr.shape, fmt=name)
-        q(runtime.to_device(arr))
+        with V.no_float_warnings(runtime.IS_SIM):
+            q(runtime.to_device(arr))
         if on_device:
             return QuantizedTensor(q.codes, q.scale, name, granularity)
-        return QuantizedTensor(q.codes.copy_to_host(), q.scale.copy_to_host(), name, granularity)
-    return _quantize_fine(arr, on_device, name, granularity, int(block), bool(pow2_scale), mx_rule)
+        return _count_nonfinite(QuantizedTensor(q.codes.copy_to_host(), q.scale.copy_to_host(), name, granularity))
+    with V.no_float_warnings(runtime.IS_SIM):
+        return _quantize_fine(arr, on_device, name, granularity, block, bool(pow2_scale), mx_rule)
 
 
 def _quantize_fine(arr, on_device, fmt, granularity, block, pow2_scale, mx_rule) -> QuantizedTensor:
     if arr.ndim != 2:
         raise ValueError(f"granularity must be one of ('tensor',) for x that is not 2-D: {granularity!r} needs "
                          f"x of shape (M, K), got {V.describe(arr)}")
-    if granularity in ("tile", "block") and block > spec.MAX_GROUP:
-        raise ValueError(f"block must be at most {spec.MAX_GROUP} for granularity {granularity!r}, got {block}")
     if on_device and not arr.is_c_contiguous():
         raise ValueError(f"x must be C-contiguous when it is a device array, got {V.describe(arr)}")
     dx = runtime.to_device(arr)
@@ -95,38 +107,48 @@ def _quantize_fine(arr, on_device, fmt, granularity, block, pow2_scale, mx_rule)
         block = spec.MX_GROUP
     if on_device:
         return QuantizedTensor(codes, scale, fmt, granularity, block, scale_codes)
-    q = QuantizedTensor(codes.copy_to_host(), scale.copy_to_host(), fmt, granularity, block,
-                        None if scale_codes is None else scale_codes.copy_to_host())
+    return _count_nonfinite(QuantizedTensor(codes.copy_to_host(), scale.copy_to_host(), fmt, granularity, block,
+                                            None if scale_codes is None else scale_codes.copy_to_host()))
+
+
+def _count_nonfinite(q: QuantizedTensor) -> QuantizedTensor:
+    """Count the groups poisoned by NaN/Inf (host results only) and say so once."""
     q.nonfinite_groups = int(np.count_nonzero(~np.isfinite(q.scale)))
     if q.nonfinite_groups:
-        warnings.warn(f"x has NaN/Inf in {q.nonfinite_groups} of {q.scale.size} {granularity} groups: their "
-                      "scales and codes are NaN", RuntimeWarning, stacklevel=3)
+        warnings.warn(f"x has NaN/Inf in {q.nonfinite_groups} of {q.scale.size} {q.granularity} group(s): their "
+                      "scales and codes are NaN", RuntimeWarning, stacklevel=4)
     return q
 
 
-def _check_quantized(name: str, q) -> None:
+def _check_quantized(name: str, q) -> tuple[str, str, int | None]:
+    """q's (fmt, granularity, block), checked again here: the fields may have changed since construction."""
     if not isinstance(q, QuantizedTensor):
         raise TypeError(f"{name} must be a QuantizedTensor (from fp8lab.quantize), got {V.describe(q)}")
+    return spec.check_layout(q.fmt, q.granularity, q.block, prefix=f"{name}.")
 
 
 def dequantize(q: QuantizedTensor):
     """float32 array: decode(q.data) * q.scale, each scale broadcast over its group (NumPy in, NumPy out;
-    device in, device out). NaN codes (and NaN scales) give NaN."""
-    _check_quantized("q", q)
+    device in, device out). NaN codes (and NaN scales) give NaN, an infinite scale Inf or NaN (a zero code);
+    the scales are not checked for finiteness."""
+    fmt, granularity, block = _check_quantized("q", q)
     on_device = V.is_device_array(q.data)
     codes = V.array("q.data", q.data, dtype=np.uint8)
+    if codes.ndim == 0:
+        raise ValueError(f"q.data must have at least one dimension, got {V.describe(codes)}")
+    runtime.sim_check("fl.dequantize", codes.shape, "tensor" if granularity == "tensor" else "fine")
     out = runtime.cuda.device_array(codes.shape, np.float32)
-    if q.granularity == "tensor":
+    if granularity == "tensor":
         scale = V.array("q.scale", q.scale, dtype=np.float32, shape=(1,))
-        qk.dequantize(runtime.to_device(codes), runtime.to_device(scale), out, q.fmt)
+        with V.no_float_warnings(runtime.IS_SIM):
+            qk.dequantize(runtime.to_device(codes), runtime.to_device(scale), out, fmt)
     else:
-        V.choice("q.granularity", q.granularity, GRANULARITIES)
         codes = V.array("q.data", codes, dtype=np.uint8, ndim=2)
-        block = 128 if q.block is None else q.block
         scale = V.array("q.scale", q.scale, dtype=np.float32,
-                        shape=spec.scale_shape(q.granularity, codes.shape, block))
-        gm, gk = spec.group_shape(q.granularity, codes.shape, block)
-        qf.dequantize(runtime.to_device(codes), runtime.to_device(scale), gm, gk, out, fmt=q.fmt)
+                        shape=spec.scale_shape(granularity, codes.shape, block))
+        gm, gk = spec.group_shape(granularity, codes.shape, block)
+        with V.no_float_warnings(runtime.IS_SIM):
+            qf.dequantize(runtime.to_device(codes), runtime.to_device(scale), gm, gk, out, fmt=fmt)
     return out if on_device else out.copy_to_host()
 
 
@@ -141,19 +163,21 @@ def requantize_tile_to_col(q: QuantizedTensor, pow2_scale: bool = False) -> Quan
     re-scaled by the new group amax and re-encoded: two roundings, no float32 copy of x in global memory.
     A NaN/Inf tile poisons every column group it overlaps.
     """
-    _check_quantized("q", q)
-    if q.granularity != "tile":
-        raise ValueError(f"q must have granularity 'tile' (1 x block tiles along K), got {q.granularity!r}")
+    fmt, granularity, block = _check_quantized("q", q)
+    if granularity != "tile":
+        raise ValueError(f"q must have granularity 'tile' (1 x block tiles along K), got {granularity!r}")
     if not isinstance(pow2_scale, (bool, np.bool_)):
         raise TypeError(f"pow2_scale must be a bool, got {V.describe(pow2_scale)}")
     on_device = V.is_device_array(q.data)
     codes = V.array("q.data", q.data, dtype=np.uint8, ndim=2)
-    scale = V.array("q.scale", q.scale, dtype=np.float32, shape=spec.scale_shape("tile", codes.shape, q.block))
+    scale = V.array("q.scale", q.scale, dtype=np.float32, shape=spec.scale_shape("tile", codes.shape, block))
     M, K = codes.shape
+    runtime.sim_check("fl.requantize_tile_to_col", (M, K))  # warns once if the simulator would take minutes
     codes_t = runtime.cuda.device_array((K, M), np.uint8)
-    scale_t = runtime.cuda.device_array(spec.scale_shape("tile", (K, M), q.block), np.float32)
-    qf.requantize_tile_to_col(runtime.to_device(codes), runtime.to_device(scale), codes_t, scale_t, fmt=q.fmt,
-                              block=q.block, mode="pow2" if pow2_scale else "amax")
+    scale_t = runtime.cuda.device_array(spec.scale_shape("tile", (K, M), block), np.float32)
+    with V.no_float_warnings(runtime.IS_SIM):
+        qf.requantize_tile_to_col(runtime.to_device(codes), runtime.to_device(scale), codes_t, scale_t, fmt=fmt,
+                                  block=block, mode="pow2" if pow2_scale else "amax")
     if on_device:
-        return QuantizedTensor(codes_t, scale_t, q.fmt, "tile", q.block)
-    return QuantizedTensor(codes_t.copy_to_host(), scale_t.copy_to_host(), q.fmt, "tile", q.block)
+        return QuantizedTensor(codes_t, scale_t, fmt, "tile", block)
+    return QuantizedTensor(codes_t.copy_to_host(), scale_t.copy_to_host(), fmt, "tile", block)

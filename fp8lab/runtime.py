@@ -10,6 +10,7 @@ Kernel source imports `cuda`, `shfl_down_sync` and `shfl_xor_sync` from here and
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -19,6 +20,11 @@ backend, backend_reason = _backend.select()
 IS_SIM = backend == "sim"
 
 from numba import cuda  # noqa: E402  (must follow backend selection)
+
+from . import _pool  # noqa: E402
+
+# Device arrays come from a caching pool (fp8lab/_pool.py): no cuMemAlloc/cuMemFree per call in steady state.
+POOLED = False if IS_SIM else _pool.install()
 
 FULL_MASK = 0xFFFFFFFF
 WARP_SIZE = 32
@@ -130,3 +136,111 @@ def block_threads(gpu: int) -> int:
     """Threads per block for reduction kernels: `gpu` on a GPU, one warp under the simulator
     (every simulated thread is an OS thread, so fewer threads means a faster lesson)."""
     return 32 if IS_SIM else gpu
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The simulator's cost model: one warning before a launch that would take minutes
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class SimulatorSlowWarning(UserWarning):
+    """Under the simulator, a public call is estimated to run for more than SIM_WARN_S seconds (sim_check)."""
+
+
+SIM_WARN_S = 60.0  # warn when a call's estimate is above this
+SIM_QUICK_S = 2.0  # the warning names sizes whose estimate is below this
+
+# Seconds one public call takes under the simulator: a + b * work + c * threads, per op and key (SIM_COST[op][1]).
+#   GEMMs, key the version (fp8_gemm: (version, accum_bits given)), dims (M, N, K) rounded up to the tile
+#     (tm, tn, tk) the version's threads cover (idle threads run too): work = M N K, threads = M N;
+#   fl.train, per step, dims (batch, d_in, d_out) = (B, K, N): work = B N K (Fprop and Wgrad GEMMs),
+#     threads = B N + N K + B K (one per output of those GEMMs; elementwise kernels over these sizes);
+#   the rest, key the granularity: work = elements (dims: the shape), c unused.
+# Measured 2026-12-03 on a 2-core x86 machine (Python 3.11, numba-cuda 0.30.4) at a load average of 2-5: the wall
+# time of one call at each size in the comments, e.g. fl.gemm version 7 at 128x128x128:
+#   FP8LAB_BACKEND=sim .venv/bin/python -c "import time, numpy as np, fp8lab as fl; a = np.ones((128, 128),
+#   np.float32); t = time.perf_counter(); fl.gemm(a, a, version=7); print(time.perf_counter() - t)"
+# then least squares with a, b, c >= 0, unweighted, so the largest sizes (5-15 s) count most. Runs at other loads
+# differed by up to 3x (busier was often faster: the simulator's threads contend for the GIL), so this is a
+# ballpark; checked at fl.gemm 256x256x256 (34 s, model 34 s) and fl.train's 20 default steps (35 s, model 35 s).
+SIM_COST = {
+    "fl.gemm": ("M x N x K = ", {  # 32x32x8 64x64x64 64x64x256 (v1, v2); 32x32x32 64x64x{64, 128} (v3);
+        #                            64x64x{8, 64, 256} (v4); 128x128x{8, 64, 256} (v5, v6);
+        #                            128x128x{8, 64, 128} 256x128x128 256x256x256 (v7)
+        1: (0, 1.5e-6, 2.9e-4, 32, 32, 1),
+        2: (0.1, 1.6e-6, 2.8e-4, 32, 32, 1),
+        3: (0.3, 1.1e-5, 3.0e-4, 32, 32, 32),
+        4: (0.3, 3.9e-6, 0, 64, 64, 8),
+        5: (0.3, 1.0e-6, 0, 128, 128, 8),
+        6: (0.2, 1.2e-6, 0, 128, 128, 8),
+        7: (0, 2.0e-6, 0, 128, 128, 8),
+    }),
+    "fl.fp8_gemm": ("M x N x K = ", {  # tile x block scales; 32x32x{8, 128, 512} (v1), 32x32x{128, 512} 64x64x256
+        #                                (v2), 128x128x{8, 64, 128} (v3); accum_bits=13: 32x32x{32, 128, 512} (v1),
+        #                                32x32x{128, 512} (v2)
+        (1, False): (0.2, 3.7e-6, 0, 8, 8, 1),
+        (2, False): (0.2, 1.2e-6, 1.0e-3, 8, 8, 128),
+        (3, False): (0.2, 2.0e-6, 0, 128, 128, 8),
+        (1, True): (0.6, 1.7e-5, 0, 8, 8, 32),
+        (2, True): (1.1, 1.3e-5, 0, 8, 8, 128),
+    }),
+    "fl.quantize": ("", {  # 8x32 64x256 128x512 (tensor also 512x512)
+        "tensor": (0.5, 6.9e-5, 0), "row": (0.2, 4.4e-5, 0), "tile": (0.2, 5.9e-5, 0), "block": (0, 5.1e-5, 0),
+        "mx": (0.1, 9.9e-5, 0),
+    }),
+    "fl.dequantize": ("", {"tensor": (0, 4.7e-5, 0), "fine": (0, 5.5e-5, 0)}),  # 8x32 64x256 128x512 (tile)
+    "fl.requantize_tile_to_col": ("", {None: (0, 2.2e-4, 0)}),  # 8x32 64x256 128x256
+    # fl.train, per step, both recipes: 8x32x16 (2 and 20 steps), 64x32x16 8x64x64 8x128x64 32x128x64 (1 step)
+    "fl.train": ("batch x d_in x d_out = ", {None: (1.2, 1.5e-5, 5.0e-4)}),
+}
+_SIM_WARNED: set = set()
+_NICE = sorted({2**k for k in range(3, 25)} | {3 * 2**k for k in range(2, 24)})  # 8, 12, 16, 24, 32, 48, ...
+
+
+def sim_seconds(op: str, dims, key=None) -> float:
+    """Estimated seconds of one call of `op` (e.g. "fl.gemm") on `dims` under the simulator (SIM_COST)."""
+    a, b, c, *tile = SIM_COST[op][1][key]
+    if op == "fl.train":
+        B, K, N = dims
+        return a + b * B * N * K + c * (B * N + N * K + B * K)
+    if tile:
+        M, N, K = (-(-d // t) * t for d, t in zip(dims, tile))
+        return a + b * M * N * K + c * M * N
+    return a + b * math.prod(dims)
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 600:
+        return f"{s // 60} min {s % 60} s"
+    if s < 3600:
+        return f"{round(s / 60)} min"
+    return f"{s // 3600} h {s % 3600 // 60} min" if s % 3600 >= 60 else f"{s // 3600} h"
+
+
+def sim_cost_warning(what: str, seconds: float, size: str, quick: str, stacklevel: int = 3) -> bool:
+    """Under the simulator, warn once per `what` per process (SimulatorSlowWarning) when `seconds`, the estimate
+    for `size`, is above SIM_WARN_S; `quick` says which sizes are fast. Returns whether it warned."""
+    if backend != "sim" or seconds <= SIM_WARN_S or what in _SIM_WARNED:
+        return False
+    _SIM_WARNED.add(what)
+    warnings.warn(f"{what} on the simulator: about {_duration(seconds)} for {size} (estimated); {quick}. On a GPU "
+                  "each launch takes milliseconds; set FP8LAB_BACKEND=gpu on a machine with one.", SimulatorSlowWarning,
+                  stacklevel=stacklevel)
+    return True
+
+
+def sim_check(op: str, dims, key=None, steps: int = 1) -> None:
+    """The one line before a public call's launch: under the simulator, warn (once per op) when SIM_COST puts
+    `steps` calls on `dims` above SIM_WARN_S, naming the n x n (x n) that it puts under SIM_QUICK_S."""
+    if backend != "sim" or op in _SIM_WARNED:
+        return
+    dims = tuple(int(d) for d in dims)
+    seconds = steps * sim_seconds(op, dims, key)
+    if seconds > SIM_WARN_S:
+        n = max([n for n in _NICE if sim_seconds(op, (n,) * len(dims), key) <= SIM_QUICK_S], default=1)
+        size = SIM_COST[op][0] + "x".join(map(str, dims)) + (f", {steps} steps" if steps > 1 else "")
+        quick = f"sizes like {'x'.join([str(n)] * len(dims))} take about {SIM_QUICK_S:g} s" + " a step" * (steps > 1)
+        sim_cost_warning(op, seconds, size, quick, stacklevel=4)

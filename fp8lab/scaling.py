@@ -6,9 +6,12 @@ lags behind and the largest elements saturate. `lagging_experiment` measures exa
 
 `scale` is the DEQUANTIZATION factor, as everywhere in fp8lab (x ~= decode(code) * scale). Transformer Engine's
 `DelayedScaling` computes the quantization factor sf = (FP8_MAX / amax) / 2^margin; here
-scale = 1 / sf = amax * 2^margin / FP8_MAX (TE's scale_inv). Like TE (`_default_sf_compute`), the previous
-scale is kept when the history's amax is zero or not finite, and the first scale, before any amax has been
-recorded, is 1.0.
+scale = 1 / sf = amax * 2^margin / FP8_MAX (TE's scale_inv). Like TE (`_default_sf_compute`), the scale is
+recomputed after each recorded amax, the previous scale is kept when the history's amax is zero or not finite,
+and the first scale, before any amax has been recorded, is 1.0. So the scale is a function of the sequence of
+recorded amaxes alone (reading it changes nothing). As in current scaling (fp8lab.spec), an amax below
+AMAX_FLOOR is floored, so the scale is never zero; an amax so large that the scale would overflow float32
+counts as not finite.
 
 NumPy only: the amax of a tensor is a reduction that kernels/quantize.py already does on the device; this
 module is about the bookkeeping.
@@ -22,9 +25,14 @@ import math
 import numpy as np
 
 from . import _validate as V
-from .spec import FP8_MAX
+from . import formats
+from .spec import AMAX_FLOOR, FP8_MAX, fmt_name
 
 ALGOS = ("max", "most_recent")
+MAX_MARGIN = {name: int(math.log2(FP8_MAX[name] / formats.FORMATS[name].min_subnormal)) for name in FP8_MAX}
+"""Largest margin: 17 (E4M3), 31 (E5M2). 2^margin stays within the format's range (FP8_MAX / smallest subnormal),
+so an element at the history's amax still encodes to a nonzero code."""
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 class DelayedScaling:
@@ -32,7 +40,8 @@ class DelayedScaling:
 
     history_len: how many past amaxes are kept (TE default 1024). algo: "max" (the largest amax in the
     history, TE's default) or "most_recent" (the last one). margin: the scale is multiplied by 2^margin
-    (headroom: margin 1 leaves one binade free). fmt: "e4m3" (FP8_MAX 448) or "e5m2" (57344).
+    (headroom: margin 1 leaves one binade free), an int from 0 to MAX_MARGIN[fmt]. fmt: "e4m3" (FP8_MAX 448) or
+    "e5m2" (57344), in any spelling fp8lab.quantize takes ("E4M3", fl.E4M3, ...).
 
     Typical use, one call per step:  scale = ds.scale_for(x)  # from steps before, then records amax(x)
     """
@@ -40,13 +49,14 @@ class DelayedScaling:
     def __init__(self, history_len: int = 1024, algo: str = "max", margin: int = 0, fmt: str = "e4m3"):
         self.history_len = V.positive_int("history_len", history_len)
         self.algo = V.choice("algo", algo, ALGOS)
-        if isinstance(margin, bool) or not isinstance(margin, (int, np.integer)):
+        self.fmt = fmt_name(fmt)
+        if isinstance(margin, (bool, np.bool_)) or not isinstance(margin, (int, np.integer)):
             raise TypeError(f"margin must be an int (a power-of-two exponent), got {V.describe(margin)}")
-        if margin < 0:
-            raise ValueError(f"margin must be >= 0, got {margin}")
+        if not 0 <= margin <= MAX_MARGIN[self.fmt]:
+            raise ValueError(f"margin must be >= 0 and <= {MAX_MARGIN[self.fmt]} for fmt {self.fmt!r} (2^margin "
+                             f"within the format's range, so the scale stays finite and nonzero), got {margin}")
         self.margin = int(margin)
-        self.fmt = V.choice("fmt", fmt, tuple(FP8_MAX))
-        self.fp8_max = float(FP8_MAX[fmt])
+        self.fp8_max = float(FP8_MAX[self.fmt])
         self.history: collections.deque = collections.deque(maxlen=self.history_len)
         self._scale = 1.0  # TE's initial scale (before any amax was seen)
 
@@ -58,20 +68,23 @@ class DelayedScaling:
 
     @property
     def scale(self) -> np.float32:
-        """The current dequantization scale, from the history alone."""
-        amax = self.history_amax()
-        if amax is not None and amax > 0 and math.isfinite(amax):
-            self._scale = amax * 2.0**self.margin / self.fp8_max
+        """The dequantization scale for the next step, as update() last set it (see the module docstring)."""
         return np.float32(self._scale)
 
     def update(self, amax) -> None:
-        """Record one amax (a number >= 0; NaN and +Inf are recorded, and the scale then stays where it was)."""
-        if isinstance(amax, bool) or not isinstance(amax, (int, float, np.floating, np.integer)):
+        """Record one amax (a number >= 0; NaN and +Inf are recorded, and the scale then stays where it was),
+        then recompute the scale from the history."""
+        if isinstance(amax, (bool, np.bool_)) or not isinstance(amax, (int, float, np.floating, np.integer)):
             raise TypeError(f"amax must be a number, got {V.describe(amax)}")
         if amax < 0:
             raise ValueError(f"amax must be >= 0 (a max of absolute values), got {amax}")
         # with algo "max", a NaN must not be skipped by max(): store it as +Inf (TE sees a non-finite amax too)
         self.history.append(float("inf") if math.isnan(amax) else float(amax))
+        a = self.history_amax()
+        if a > 0 and math.isfinite(a):
+            s = max(a, float(AMAX_FLOOR)) * 2.0**self.margin / self.fp8_max
+            if s <= _F32_MAX:
+                self._scale = s
 
     def scale_for(self, x) -> np.float32:
         """The scale to quantize x with: from the history of earlier steps; then amax(x) is recorded."""

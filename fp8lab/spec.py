@@ -4,7 +4,8 @@ produce, bit for bit, and the constants they share.
 What is here:
 - constants: `FMTS`, `GRANULARITIES`, `FP8_MAX`, `EMAX_ELEM`, `AMAX_FLOOR`, `GROUP_K`, `MX_GROUP`, `MAX_GROUP`,
   `POISON_CODE`, `E8M0_NAN`, `MODES`;
-- `QuantizedTensor`: FP8 codes plus dequantization scales (what `fp8lab.quantize` returns);
+- `QuantizedTensor`: FP8 codes plus dequantization scales (what `fp8lab.quantize` returns); `fmt_name` and
+  `check_layout` check and normalize its format, granularity and block (also where it is used);
 - shapes: `group_shape`, `scale_shape`;
 - references: `group_scale` (amax -> scale), `quantize_tensor` (one current scale), `quantize` (row, 1x128
   tile, 128x128 block, MX), `dequantize`, `requantize_tile_to_col`.
@@ -42,11 +43,13 @@ import dataclasses
 
 import numpy as np
 
+from . import _validate as V
 from . import formats
 
 __all__ = [
     "FMTS", "GRANULARITIES", "FINE_GRANULARITIES", "MODES", "MX_RULES", "FP8_MAX", "EMAX_ELEM", "AMAX_FLOOR",
-    "GROUP_K", "MX_GROUP", "MAX_GROUP", "POISON_CODE", "E8M0_NAN", "QuantizedTensor", "fmt_name", "group_shape",
+    "GROUP_K", "MX_GROUP", "MAX_GROUP", "POISON_CODE", "E8M0_NAN", "QuantizedTensor", "fmt_name", "check_layout",
+    "group_shape",
     "scale_shape", "group_scale", "group_amax", "expand", "quantize_tensor", "quantize", "dequantize",
     "requantize_tile_to_col",
 ]
@@ -86,11 +89,15 @@ class QuantizedTensor:
     data: uint8 codes, the shape of x. scale: float32 dequantization factors, one per group:
       "tensor" (1,); for x (M, K): "row" (M, 1), "tile" (M, ceil(K/block)), "block"
       (ceil(M/block), ceil(K/block)), "mx" (M, ceil(K/32)) powers of two.
-    block: the group size along K (tile, block), 32 for mx, None for tensor and row.
+    fmt: "e4m3" or "e5m2" (any spelling `fmt_name` takes, stored as that name).
+    block: the group size along K (tile, block): a positive int up to MAX_GROUP, None giving GROUP_K (128);
+      32 for mx (None gives 32); None for tensor and row.
     scale_codes: for "mx", the E8M0 codes (uint8, shape of scale) of the scales; None otherwise.
-    nonfinite_groups: for fine granularities and NumPy input, how many groups held NaN/Inf (their scale is
-      NaN and their codes are NaN); None where not counted (tensor, device input).
+    nonfinite_groups: for NumPy input, how many groups (1 for "tensor") held NaN/Inf (their scale is NaN and
+      their codes are NaN); None where not counted (device input).
     Arrays are NumPy arrays when quantize() was given a NumPy array, device arrays when given a device array.
+    The constructor checks and normalizes fmt, granularity and block (`check_layout`); the arrays, and fields
+    changed later, are checked where the tensor is used (dequantize, requantize_tile_to_col, fp8_gemm).
     """
 
     data: object
@@ -101,6 +108,14 @@ class QuantizedTensor:
     scale_codes: object = None
     nonfinite_groups: int | None = None
 
+    def __post_init__(self):
+        self.fmt, self.granularity, self.block = check_layout(self.fmt, self.granularity, self.block)
+        n = self.nonfinite_groups
+        if n is not None and (isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer))):
+            raise TypeError(f"nonfinite_groups must be None or an int >= 0, got {V.describe(n)}")
+        if n is not None and n < 0:
+            raise ValueError(f"nonfinite_groups must be None or an int >= 0, got {n}")
+
     @property
     def shape(self):
         return tuple(self.data.shape)
@@ -108,10 +123,37 @@ class QuantizedTensor:
 
 def fmt_name(fmt, name: str = "fmt") -> str:
     """'e4m3' or 'e5m2' from a Format or a name (any case, ml_dtypes names too); else a clear error."""
-    found = formats.get_format(fmt).name
+    found = formats.get_format(fmt, name).name
     if found not in FMTS:
         raise ValueError(f"{name} must be one of {FMTS} for quantization, got {fmt!r}")
     return found
+
+
+def check_layout(fmt, granularity, block, prefix: str = "") -> tuple[str, str, int | None]:
+    """(fmt, granularity, block) of a QuantizedTensor, checked and normalized (see QuantizedTensor): block is
+    None for tensor and row, GROUP_K when None for tile and block, MX_GROUP for mx. prefix names the fields in
+    errors (e.g. "q." gives "q.block must be ...")."""
+    fmt = fmt_name(fmt, prefix + "fmt")
+    granularity = V.choice(prefix + "granularity", granularity, GRANULARITIES)
+    name = prefix + "block"
+    if granularity in ("tensor", "row"):
+        if block is not None:
+            raise ValueError(f"{name} must be None for granularity {granularity!r} (no groups along K), got "
+                             f"{V.describe(block)}")
+    elif granularity == "mx":
+        if block is None:
+            block = MX_GROUP
+        elif isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)):
+            raise TypeError(f"{name} must be {MX_GROUP} or None for granularity 'mx', got {V.describe(block)}")
+        elif block != MX_GROUP:
+            raise ValueError(f"{name} must be {MX_GROUP} or None for granularity 'mx', got {block}")
+    elif block is None:
+        block = GROUP_K
+    else:
+        block = V.positive_int(name, block)
+        if block > MAX_GROUP:
+            raise ValueError(f"{name} must be at most {MAX_GROUP} for granularity {granularity!r}, got {block}")
+    return fmt, granularity, None if block is None else int(block)
 
 
 def group_shape(granularity: str, shape, block: int = GROUP_K) -> tuple[int, int]:
@@ -180,10 +222,13 @@ def _encode_scaled(x, inv, fmt):
 
 def quantize_tensor(x, fmt: str = "e4m3"):
     """One current scale for the whole tensor: (codes, scale, amax), float32 arithmetic as the kernels do it.
-    NaN anywhere makes amax, the scale and every code NaN."""
+    NaN or +-Inf anywhere poisons the tensor as it poisons a group: amax NaN (or Inf), scale NaN, every code
+    POISON_CODE."""
     x = np.asarray(x, dtype=np.float32)
     amax = np.float32(np.max(np.abs(x))) if not np.isnan(x).any() else np.float32(np.nan)
-    safe = np.float32(max(amax, AMAX_FLOOR)) if not np.isnan(amax) else amax
+    if not np.isfinite(amax):
+        return np.full(x.shape, POISON_CODE, np.uint8), np.float32(np.nan), amax
+    safe = np.float32(max(amax, AMAX_FLOOR))
     scale = np.float32(safe / FP8_MAX[fmt])
     inv = np.float32(FP8_MAX[fmt] / safe)
     return _encode_scaled(x, inv, fmt), scale, amax

@@ -2,28 +2,35 @@
 
 `solutions/*.ipynb` are the single source of each worksheet. Answers sit between nbgrader's markers
 `### BEGIN SOLUTION` and `### END SOLUTION` in code cells; a `### HINT: ...` line inside the region becomes the
-hint the learner sees. `exercises/*.ipynb` are generated from them:
+hint the learner sees. `exercises/*.ipynb` are generated from them; learners work in copies under `work/`,
+which git ignores, so their answers never conflict with an update of the course and never break its tests:
 
-    python -m fp8lab.worksheets build [--force] [--no-run]   # (or: fp8lab worksheets build)
-    python -m fp8lab.worksheets build --check                # exit 1 if exercises/ is stale (CI)
-    python -m fp8lab.worksheets grade exercises/ws1_fp8_encode_decode.ipynb
+    fp8lab worksheets start ws1                  # copy exercises/ws1_*.ipynb to work/ and say how to open it
+    fp8lab grade ws1                             # grade work/ws1_*.ipynb (or: fp8lab grade PATH)
+    fp8lab worksheets build [--force] [--no-run] # instructors: regenerate exercises/ from solutions/
+    fp8lab worksheets build --check              # exit 1 if exercises/ is stale (CI)
+
+start NAME
+    NAME is ws1 .. wsN or an exercise's file name. Copies the exercise to work/ unless a copy is already there
+    (then it says so and keeps it); `--fresh` starts over, moving the old copy to work/backup/ first.
 
 build
     1. runs every solution notebook headless (nbclient, kernel "python3" of this environment) and writes
        nothing if any cell fails (a solution that fails its own check must never become an exercise);
     2. replaces each answer region with its hint and `raise NotImplementedError(...)`, strips outputs and
        execution counts, and keeps only the kernelspec and language in the notebook metadata;
-    3. refuses to overwrite an exercise that differs from what it generated last time (a learner edited it):
-       `exercises/.manifest.json` keeps the sha256 of each generated file; `--force` overwrites anyway.
+    3. refuses to overwrite an exercise that differs from what it generated last time (someone edited it):
+       `exercises/.manifest.json` keeps the sha256 of each generated file; `--force` overwrites anyway,
+       after copying each edited file to work/backup/<time>/.
     `--check` compares without running or writing anything.
 
-grade PATH
+grade NAME|PATH
     runs a worksheet headless (every cell, errors included) and prints one row per check call
-    (fp8lab.check.*): passed, failed (first line of the message) or not attempted. Exit status 0 even when
-    questions fail (it is a report); 1 only if the notebook cannot be run.
+    (fp8lab.check.*): passed, failed (first line of the message) or not attempted, and the first error of any
+    other cell. Exit status: 0 every question passed, 1 some did not, 2 not a worksheet or not runnable.
 
-Python API: `generate(nb)`, `build(...)`, `stale_files(...)`, `run_notebook(path)`, `grade(path)`,
-`main(argv)`.
+Python API: `generate(nb)`, `build(...)`, `stale_files(...)`, `start(name)`, `resolve(name)`,
+`run_notebook(path)`, `grade(path)`, `main(argv)`.
 """
 
 from __future__ import annotations
@@ -34,8 +41,10 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +53,7 @@ END = "### END SOLUTION"
 HINT = "### HINT:"
 DEFAULT_HINT = "read the description above; the check below says what it expects."
 MANIFEST = ".manifest.json"
+WORK = "work"  # learners' copies (in .gitignore)
 TIMEOUT_S = 600  # per cell: kernels run slowly under the simulator
 _CHECK_CALL = re.compile(r"\bcheck\.([A-Za-z_]\w*)\s*\(")
 
@@ -56,6 +66,65 @@ def _root() -> Path:
     """The repository root (where solutions/ lives) if this is a checkout, else the current directory."""
     here = Path(__file__).resolve().parents[1]
     return here if (here / "solutions").is_dir() else Path.cwd()
+
+
+def _names(exercises: Path) -> list[str]:
+    return sorted(p.name for p in exercises.glob("ws*.ipynb"))
+
+
+def resolve(name, exercises=None) -> Path:
+    """The exercise file that `name` means: ws1, ws1_fp8_encode_decode or ws1_fp8_encode_decode.ipynb."""
+    if not isinstance(name, (str, os.PathLike)):
+        raise TypeError(f"name must be a worksheet name such as 'ws1', got {type(name).__name__}")
+    exercises = Path(exercises) if exercises else _root() / "exercises"
+    stem = Path(name).name.removesuffix(".ipynb")
+    names = _names(exercises)
+    hits = [n for n in names if n.removesuffix(".ipynb") == stem or n.split("_")[0] == stem]
+    if len(hits) != 1:
+        short = ", ".join(n.split("_")[0] for n in names) or "none found"
+        raise WorksheetError(f"no worksheet {str(name)!r} in {exercises} (worksheets: {short})")
+    return exercises / hits[0]
+
+
+def _backup(paths, work: Path) -> Path:
+    """Copy `paths` into work/backup/<time>/ and return that folder."""
+    dest = work / "backup" / time.strftime("%Y%m%d-%H%M%S")
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in paths:
+        shutil.copy2(p, dest / Path(p).name)
+    return dest
+
+
+def start(name, *, fresh: bool = False, exercises=None, work=None, log=print) -> Path:
+    """Copy a fresh exercise into work/ (kept if already there, unless fresh) and return the copy's path."""
+    src = resolve(name, exercises)
+    work = Path(work) if work else _root() / WORK
+    dst = work / src.name
+    if dst.exists() and not fresh:
+        log(f"{dst} already exists: it is your copy, kept as it is (`--fresh` starts over, backing it up)")
+    else:
+        if dst.exists():
+            log(f"your previous copy is saved in {_backup([dst], work)}")
+        work.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        log(f"copied {src} to {dst}")
+    rel = os.path.relpath(dst, _root()) if dst.resolve().is_relative_to(_root()) else str(dst)
+    log(f"open it in JupyterLab (`make lab` shows the whole repository) at {rel}, or start the lab on it:\n"
+        f"  make lab LAB_FIRST={rel}\n"
+        f"grade it with:  fp8lab grade {src.name.split('_')[0]}")
+    return dst
+
+
+def _gradable(target) -> Path:
+    """A path as given, or for a worksheet name (ws1) the learner's copy in work/."""
+    p = Path(target)
+    if p.suffix == ".ipynb" or p.exists():
+        return p
+    copy = _root() / WORK / resolve(target).name
+    if not copy.exists():
+        raise WorksheetError(f"{copy} does not exist: start the worksheet first with `fp8lab worksheets start "
+                             f"{target}` (or grade a notebook by its path)")
+    return copy
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -219,7 +288,19 @@ def questions(nb) -> list[tuple[int, str]]:
 
 
 def grade(path, *, timeout: int = TIMEOUT_S) -> list[dict]:
-    """Run a worksheet and return one row per question: question, cell, status, detail."""
+    """Run a worksheet and return one row per question: question, cell, status, detail.
+
+    A cell that raised outside a check (an import, a typo) adds a row with question "(cell error)".
+    Raises WorksheetError if the notebook cannot be run or calls no check.
+    """
+    import nbformat
+
+    try:
+        asks = questions(nbformat.read(Path(path), as_version=4))
+    except Exception as e:
+        raise WorksheetError(f"cannot read {path}: {type(e).__name__}: {e}") from None
+    if not asks:
+        raise WorksheetError(f"{path} calls no fp8lab.check function: it is not a worksheet")
     res = run_notebook(path, timeout=timeout, allow_errors=True)
     pending: dict[str, list[dict]] = {}
     for rec in res.checks:
@@ -235,6 +316,11 @@ def grade(path, *, timeout: int = TIMEOUT_S) -> list[dict]:
             err = _cell_error(res.nb.cells[cell])
             rows.append({"question": name, "cell": cell, "status": "failed",
                          "detail": f"the check did not run ({err or 'cell not reached'})"})
+    asked = {cell for cell, _ in questions(res.nb)}
+    for i, cell in enumerate(res.nb.cells):
+        err = _cell_error(cell) if i not in asked else None
+        if err and "your answer goes here" not in err:
+            rows.append({"question": "(cell error)", "cell": i, "status": "error", "detail": err})
     return rows
 
 
@@ -248,7 +334,8 @@ def _cell_error(cell) -> str | None:
 
 def print_grades(path, rows) -> None:
     """The score table: one line per question, then the total."""
-    passed = sum(r["status"] == "passed" for r in rows)
+    questions_ = [r for r in rows if r["status"] != "error"]
+    passed = sum(r["status"] == "passed" for r in questions_)
     table = [["question", "cell", "status", "detail"]]
     table += [[r["question"], str(r["cell"]), r["status"],
                r["detail"] if len(r["detail"]) <= 110 else r["detail"][:107] + "..."] for r in rows]
@@ -258,7 +345,7 @@ def print_grades(path, rows) -> None:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
         if j == 0:
             print("  " + "  ".join("-" * w for w in widths) + "  " + "-" * 6)
-    print(f"score: {passed} of {len(rows)} questions passed")
+    print(f"score: {passed} of {len(questions_)} questions passed")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -325,7 +412,10 @@ def build(solutions=None, exercises=None, *, force: bool = False, run: bool = Tr
     if edited and not force:
         raise WorksheetError(
             "refusing to overwrite exercises that were edited since they were generated (a learner's work?):\n  "
-            + "\n  ".join(edited) + "\nsave them elsewhere, or rerun with --force to overwrite them")
+            + "\n  ".join(edited) + f"\nlearners work in copies (`fp8lab worksheets start ws1` puts one in {WORK}/); "
+            "rerun with --force to overwrite these, after a backup copy in " + f"{WORK}/backup/")
+    if edited:
+        log(f"--force: the edited files are saved in {_backup(edited, exercises.parent / WORK)}")
     exercises.mkdir(parents=True, exist_ok=True)
     written = []
     for name, data in files.items():
@@ -338,26 +428,56 @@ def build(solutions=None, exercises=None, *, force: bool = False, run: bool = Tr
     return written
 
 
-def main(argv=None) -> int:
-    """`fp8lab worksheets build [--force] [--check] [--no-run]` and `fp8lab worksheets grade PATH`."""
-    p = argparse.ArgumentParser(prog="fp8lab worksheets", description="Generate and grade the worksheets.")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="run solutions/, then generate exercises/ from them")
-    b.add_argument("--force", action="store_true", help="overwrite exercises that were edited by hand")
-    b.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 naming the files if exercises/ is out of date with solutions/")
-    b.add_argument("--no-run", action="store_true", help="skip running the solutions first (not for releases)")
-    b.add_argument("--solutions", type=Path, help="default: solutions/ of the repository")
-    b.add_argument("--exercises", type=Path, help="default: exercises/ of the repository")
-    b.add_argument("--timeout", type=int, default=TIMEOUT_S, help="seconds per cell (default %(default)s)")
-    g = sub.add_parser("grade", help="run a worksheet and print a score per question")
-    g.add_argument("path", type=Path)
+def _grade_parser(sub_or_none, prog=None):
+    desc = ("Run a worksheet headless and print a score per question. Exit status 0: every question passed; "
+            "1: some did not; 2: not a worksheet, or it cannot be run.")
+    if sub_or_none is None:
+        g = argparse.ArgumentParser(prog=prog, description=desc)
+    else:
+        g = sub_or_none.add_parser("grade", help="run a worksheet headless and print a score per question",
+                                   description=desc)
+    g.add_argument("target", metavar="NAME|PATH",
+                   help="a worksheet name (ws1: your copy in work/) or a notebook's path")
     g.add_argument("--timeout", type=int, default=TIMEOUT_S, help="seconds per cell (default %(default)s)")
-    args = p.parse_args(argv)
+    return g
+
+
+def _grade_main(args) -> int:
+    path = _gradable(args.target)
+    rows = grade(path, timeout=args.timeout)
+    print_grades(path, rows)
+    return 0 if all(r["status"] == "passed" for r in rows) else 1
+
+
+def main(argv=None, prog: str = "fp8lab worksheets") -> int:
+    """`fp8lab worksheets start|build|grade ...`; with prog="fp8lab grade", argv are grade's own arguments."""
+    if prog.endswith(" grade"):
+        p = _grade_parser(None, prog)
+        args = p.parse_args(argv)
+        args.cmd = "grade"
+    else:
+        p = argparse.ArgumentParser(prog=prog, description="Start, grade and (instructors) generate worksheets.")
+        sub = p.add_subparsers(dest="cmd", required=True)
+        st = sub.add_parser("start", help="copy a fresh exercise into work/ (your copy) and say how to open it")
+        st.add_argument("name", help="ws1, ws2, ... or an exercise's file name")
+        st.add_argument("--fresh", action="store_true",
+                        help="start over: back up your copy to work/backup/ and copy the exercise again")
+        b = sub.add_parser("build", help="instructors: run solutions/, then generate exercises/ from them")
+        b.add_argument("--force", action="store_true",
+                       help="overwrite exercises that were edited by hand (backed up to work/backup/ first)")
+        b.add_argument("--check", action="store_true",
+                       help="write nothing; exit 1 naming the files if exercises/ is out of date with solutions/")
+        b.add_argument("--no-run", action="store_true", help="skip running the solutions first (not for releases)")
+        b.add_argument("--solutions", type=Path, help="default: solutions/ of the repository")
+        b.add_argument("--exercises", type=Path, help="default: exercises/ of the repository")
+        b.add_argument("--timeout", type=int, default=TIMEOUT_S, help="seconds per cell (default %(default)s)")
+        _grade_parser(sub)
+        args = p.parse_args(argv)
     try:
         if args.cmd == "grade":
-            rows = grade(args.path, timeout=args.timeout)
-            print_grades(args.path, rows)
+            return _grade_main(args)
+        if args.cmd == "start":
+            start(args.name, fresh=args.fresh)
             return 0
         root = _root()
         sol = args.solutions or root / "solutions"
@@ -373,8 +493,9 @@ def main(argv=None) -> int:
         build(sol, ex, force=args.force, run=not args.no_run, timeout=args.timeout)
         return 0
     except WorksheetError as e:
-        print(f"fp8lab worksheets {args.cmd}: {e}", file=sys.stderr)
-        return 1
+        who = prog if prog.endswith(" grade") else f"{prog} {args.cmd}"
+        print(f"{who}: error: {e}", file=sys.stderr)
+        return 2 if args.cmd == "grade" else 1
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ def test_quantize_converts_float64_numpy(rng):
         ((np.ones(4, np.float32),), dict(fmt="e8m0"), ValueError, "fmt must be one of"),
         ((np.ones(4, np.float32),), dict(granularity="tiles"), ValueError, "granularity must be one of"),
         ((np.ones(4, np.float32),), dict(granularity="tile"), ValueError, "needs x of shape"),
-        ((np.ones(4, np.float32),), dict(block=0), ValueError, "block must be a positive int"),
+        ((np.ones((2, 4), np.float32),), dict(granularity="tile", block=0), ValueError,
+         "block must be a positive int"),
     ],
 )
 def test_quantize_bad_inputs(args, kwargs, exc, words):
@@ -101,3 +102,18 @@ def test_fp8_gemm_bad_inputs(rng):
         fl.fp8_gemm(qa, fl.quantize(rng.standard_normal((5, 8)).astype(np.float32)), accum_bits=40)
     with pytest.raises(ValueError, match=r"version must be None or an int in \(1, 2, 3\), got 7"):
         fl.fp8_gemm(qa, fl.quantize(rng.standard_normal((5, 8)).astype(np.float32)), version=7)
+
+
+def test_public_api_matches_its_preallocated_kernels(rng):
+    """`fp8lab bench overhead`'s checks: fl.quantize / fl.dequantize / fl.fp8_gemm on device arrays equal the
+    kernels writing into preallocated (poisoned) outputs."""
+    from fp8lab import overhead
+
+    assert overhead.checks(rng)
+
+
+@pytest.mark.gpu
+def test_public_api_matches_its_preallocated_kernels_gpu(rng):
+    from fp8lab import overhead
+
+    assert overhead.checks(rng)

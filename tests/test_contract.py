@@ -20,11 +20,11 @@ PKG = pathlib.Path(fp8lab.__file__).parent
 # Lower layers never import higher ones (fp8lab/kernels/README.md draws them).
 LAYERS = {
     0: ("_backend", "_validate", "formats", "spec", "hardware", "accum", "scaling", "plotting", "notebook"),
-    1: ("_simgaps", "runtime"),
+    1: ("_simgaps", "_pool", "runtime"),
     2: ("ptx", "ptx.intrinsics", "ptx.compile"),
     3: ("timing", "bench", "kernels", "kernels.common"),
     4: tuple(f"kernels.{m}" for m in MODULES),
-    5: ("quant", "training", "check", "check._core", "check.ws1", "check.ws2", "check.ws3", "check.ws4",
+    5: ("quant", "overhead", "training", "check", "check._core", "check.ws1", "check.ws2", "check.ws3", "check.ws4",
         "worksheets", "cli", "__init__"),
 }
 LAYER = {name: layer for layer, names in LAYERS.items() for name in names}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fp8lab import formats
+from fp8lab import formats, spec
 from fp8lab.bench import assert_close, assert_codes_equal, poisoned
 from fp8lab.kernels import elementwise, gemm_nt, loss, optim, quantize, rmsnorm
 from fp8lab.runtime import cuda
@@ -53,12 +53,23 @@ def test_quantize_all_zero_tensor_gives_zero_codes_and_finite_scale():
     assert np.isfinite(scale) and scale > 0
 
 
-def test_quantize_nan_input_propagates(rng):
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_quantize_nonfinite_input_poisons_the_tensor(rng, bad, transpose):
+    """NaN or +-Inf: scale NaN and every code 0x7F (an Inf amax would otherwise zero every finite element)."""
     x = rng.standard_normal((6, 9), dtype=np.float32)
-    x[2, 3] = np.nan
-    q = quantize.TensorQuantizer(x.shape)(cuda.to_device(x))
-    assert np.isnan(q.amax.copy_to_host()[0])
-    assert np.isnan(formats.decode(q.codes.copy_to_host())).all()
+    x[2, 3] = bad
+    q = quantize.TensorQuantizer(x.shape, transpose=transpose)
+    q.codes.copy_to_device(np.full(x.shape, 0xA5, np.uint8))
+    q(cuda.to_device(x))
+    amax = q.amax.copy_to_host()[0]
+    assert (np.isnan(amax) if np.isnan(bad) else amax == np.inf) and np.isnan(q.scale.copy_to_host()[0])
+    assert (q.codes.copy_to_host() == spec.POISON_CODE).all()
+    if transpose:
+        assert (q.codes_t.copy_to_host() == spec.POISON_CODE).all()
+    ref_codes, ref_scale, _ = quantize.reference(x)
+    assert_codes_equal("codes", q.codes.copy_to_host(), ref_codes)
+    assert np.isnan(ref_scale)
 
 
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])

@@ -42,9 +42,23 @@ def test_probe_does_not_import_numba():
 
 
 def test_bad_backend_variable_is_a_clear_error():
-    r = run_py("import fp8lab", FP8LAB_BACKEND="cpu")
-    assert r.returncode != 0
+    r = run_py("import fp8lab; fp8lab.backend", FP8LAB_BACKEND="cpu")
+    assert r.returncode != 0 and "BackendError" in r.stderr
     assert "FP8LAB_BACKEND must be one of ('gpu', 'sim')" in r.stderr and "'cpu'" in r.stderr
+
+
+def test_import_fp8lab_chooses_no_backend_until_used():
+    """`import fp8lab` is light: the backend is chosen (and numba imported) when a kernel or fp8lab.backend is
+    first used, so `fp8lab --backend` and FP8LAB_BACKEND set after the import still apply."""
+    r = run_py("import sys, fp8lab; assert 'numba' not in sys.modules and 'fp8lab.runtime' not in sys.modules; "
+               "import os; os.environ['FP8LAB_BACKEND'] = 'sim'; print(fp8lab.backend, 'numba' in sys.modules)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["sim", "True"]
+    assert sorted(fp8lab.__all__) == sorted(set(fp8lab.__all__)) and set(fp8lab.__all__) <= set(dir(fp8lab))
+    for name in fp8lab.__all__:
+        assert getattr(fp8lab, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'quantise'"):
+        fp8lab.quantise
 
 
 def test_forcing_the_simulator_works():
@@ -56,14 +70,14 @@ def test_forcing_the_simulator_works():
 def test_numba_imported_first_in_the_other_mode_is_a_clear_error():
     other = "0" if runtime.IS_SIM else "1"
     want = "sim" if runtime.IS_SIM else "gpu"
-    r = run_py("import numba.cuda; import fp8lab", NUMBA_ENABLE_CUDASIM=other, FP8LAB_BACKEND=want)
+    r = run_py("import numba.cuda; import fp8lab; fp8lab.quantize", NUMBA_ENABLE_CUDASIM=other, FP8LAB_BACKEND=want)
     assert r.returncode != 0
     assert "numba.cuda was imported before fp8lab" in r.stderr
 
 
 @pytest.mark.skipif(not runtime.IS_SIM, reason="there is a GPU here")
 def test_forcing_gpu_without_one_is_a_clear_error():
-    r = run_py("import fp8lab", FP8LAB_BACKEND="gpu")
+    r = run_py("import fp8lab; fp8lab.backend", FP8LAB_BACKEND="gpu")
     assert r.returncode != 0
     assert "FP8LAB_BACKEND=gpu" in r.stderr
 
@@ -201,3 +215,173 @@ def test_sizes_per_backend():
     assert {"batch", "d_in", "d_out", "steps"} <= set(t)
     with pytest.raises(ValueError, match="name must be one of"):
         runtime.sizes("nope")
+
+
+# ------------------------------------------------------------------------------------------------ the device pool
+
+
+def test_block_cache_reuses_freed_blocks_and_releases_on_oom():
+    from fp8lab import _pool
+
+    assert [_pool.bucket(n) for n in (1, 512, 513, 2**20, 2**20 + 1)] == [512, 512, 1024, 2**20, 2 << 20]
+    live, freed = set(), []
+    budget = {"bytes": 8 << 20}
+
+    def alloc(n):
+        if n > budget["bytes"]:
+            raise MemoryError
+        budget["bytes"] -= n
+        p = object()
+        live.add(p)
+        return p
+
+    def free(p):
+        live.remove(p)
+        freed.append(p)
+        budget["bytes"] += 2 << 20  # every test block below is one 2 MiB bucket
+
+    c = _pool.BlockCache(alloc, free)
+    a, n = c.take(3 << 19)  # 1.5 MiB -> a 2 MiB block
+    assert n == 2 << 20 and c.stats["driver_allocs"] == 1 and c.stats["in_use_bytes"] == n
+    c.give(a, n)
+    b, _ = c.take(2 << 20)
+    assert b is a and c.stats == {"driver_allocs": 1, "reuses": 1, "cached_bytes": 0, "in_use_bytes": n}
+    blocks = [c.take(2 << 20)[0] for _ in range(3)]  # the 8 MiB budget is used up
+    for p in blocks:
+        c.give(p, n)
+    assert c.stats["cached_bytes"] == 3 * n
+    big, m = c.take(5 << 20)  # does not fit: the cached blocks go back to the driver, then it does
+    assert m == 6 << 20 and set(freed) == set(blocks) and c.stats["cached_bytes"] == 0 and c.blocks == {}
+    with pytest.raises(MemoryError):
+        c.take(64 << 20)
+
+
+@pytest.mark.gpu
+def test_public_api_allocates_nothing_in_steady_state(rng):
+    """fl.quantize and fl.fp8_gemm allocate their outputs; after the first call the pool serves them."""
+    from fp8lab import _pool
+
+    if runtime.IS_SIM:
+        pytest.skip("needs a CUDA GPU (backend is the simulator); run `make test-gpu` on one")
+    assert runtime.POOLED and _pool.cache() is not None
+    x = cuda.to_device(rng.standard_normal((1000, 1300), dtype=np.float32))
+    qa = fp8lab.quantize(x, granularity="tile")
+    qb = fp8lab.quantize(cuda.to_device(rng.standard_normal((700, 1300), dtype=np.float32)), granularity="block")
+    for _ in range(2):
+        del qa
+        qa = fp8lab.quantize(x, granularity="tile")
+        y = fp8lab.fp8_gemm(qa, qb)
+        del y
+    before = dict(_pool.cache().stats)
+    for _ in range(5):
+        del qa
+        qa = fp8lab.quantize(x, granularity="tile")
+        y = fp8lab.fp8_gemm(qa, qb)
+        del y
+    after = _pool.cache().stats
+    assert after["driver_allocs"] == before["driver_allocs"] and after["reuses"] >= before["reuses"] + 15
+    ref = fp8lab.quantize(x.copy_to_host(), granularity="tile")
+    assert (qa.data.copy_to_host() == ref.data).all() and (qa.scale.copy_to_host() == ref.scale).all()
+
+
+# ------------------------------------------------------------------------- the simulator's slow-launch warning
+
+
+class _Launched(Exception):
+    """Raised by a patched launcher: the call got past its cost check without running anything slow."""
+
+
+def _launched(*args, **kwargs):
+    raise _Launched
+
+
+def _slow_warnings(record):
+    return [w for w in record if issubclass(w.category, runtime.SimulatorSlowWarning)]
+
+
+@pytest.fixture
+def sim_warnings(monkeypatch):
+    """The warning logic as under the simulator (whatever the backend), with no op warned about yet."""
+    monkeypatch.setattr(runtime, "backend", "sim")
+    monkeypatch.setattr(runtime, "_SIM_WARNED", set())
+
+
+def test_sim_cost_warning_warns_once_per_op_above_a_minute(sim_warnings):
+    import warnings
+
+    assert fp8lab.SimulatorSlowWarning is runtime.SimulatorSlowWarning and runtime.SIM_WARN_S == 60
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert not runtime.sim_cost_warning("fl.gemm", 59.0, "a size", "sizes like 8x8x8 take about 2 s")
+        assert runtime.sim_cost_warning("fl.gemm", 200.0, "512x512x512", "sizes like 48x48x48 take about 2 s")
+        assert not runtime.sim_cost_warning("fl.gemm", 9999.0, "4096x4096x4096", "...")  # once per op
+        assert runtime.sim_cost_warning("fl.quantize", 3 * 3600 + 120, "4096x7168", "sizes like 128x128 take ...")
+    (w1, w2) = _slow_warnings(record)
+    assert str(w1.message) == ("fl.gemm on the simulator: about 3 min 20 s for 512x512x512 (estimated); sizes like "
+                               "48x48x48 take about 2 s. On a GPU each launch takes milliseconds; set "
+                               "FP8LAB_BACKEND=gpu on a machine with one.")
+    assert "about 3 h 2 min for 4096x7168" in str(w2.message)
+
+
+def test_sim_estimates_grow_with_the_sizes_and_name_quick_ones(sim_warnings):
+    import warnings
+
+    s = runtime.sim_seconds
+    assert s("fl.gemm", (512, 512, 512), 7) > 2 * runtime.SIM_WARN_S and s("fl.gemm", (256, 256, 256), 7) < 60
+    assert s("fl.gemm", (64, 64, 64), 7) < 5 and s("fl.gemm", (8, 8, 8), 7) < s("fl.gemm", (8, 8, 8), 3)
+    assert s("fl.gemm", (100, 100, 100), 7) == s("fl.gemm", (128, 128, 104), 7)  # padded to v7's 128 x 128 x 8
+    from fp8lab.kernels import gemm as G
+
+    for v, shape in G.SIM_CHECK.items():  # the shapes each version is checked at (tests, notebook 04) stay quick
+        assert s("fl.gemm", shape, v) < 10
+    assert s("fl.fp8_gemm", (512, 512, 512), (3, False)) > runtime.SIM_WARN_S
+    assert 10 < 20 * s("fl.train", (8, 32, 16)) < runtime.SIM_WARN_S  # the simulator's default run: ~half a minute
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        runtime.sim_check("fl.quantize", (4096, 7168), "tile")
+        runtime.sim_check("fl.train", (64, 512, 256), steps=600)
+    q, t = (str(w.message) for w in _slow_warnings(record))
+    n = int(q.split("sizes like ")[1].split("x")[0])
+    assert s("fl.quantize", (n, n), "tile") <= runtime.SIM_QUICK_S < s("fl.quantize", (2 * n, 2 * n), "tile")
+    assert "for batch x d_in x d_out = 64x512x256, 600 steps (estimated)" in t and "s a step." in t
+
+
+def test_public_calls_warn_before_launching_and_only_under_the_simulator(sim_warnings, monkeypatch):
+    import warnings
+
+    from fp8lab import quant, training
+    from fp8lab.kernels import fp8_gemm as fg
+    from fp8lab.kernels import gemm as G
+
+    for module, name in ((G, "launch"), (fg, "launch"), (quant.qk, "TensorQuantizer"), (quant.qk, "dequantize"),
+                         (quant.qf, "requantize_tile_to_col"), (training, "_KernelStep"),
+                         (training, "_ReferenceStep")):
+        monkeypatch.setattr(module, name, _launched)
+    f32, u8 = np.zeros((512, 512), np.float32), np.zeros((512, 512), np.uint8)
+    one = np.ones(1, np.float32)
+    tile = fp8lab.QuantizedTensor(np.zeros((4096, 512), np.uint8), np.ones((4096, 4), np.float32), "e4m3", "tile")
+    calls = {
+        "fl.gemm": lambda: fp8lab.gemm(f32, f32),
+        "fl.fp8_gemm": lambda: fp8lab.fp8_gemm(*[fp8lab.QuantizedTensor(u8, one, "e4m3", "tensor")] * 2),
+        "fl.quantize": lambda: fp8lab.quantize(np.zeros((2048, 2048), np.float32)),
+        "fl.dequantize": lambda: fp8lab.dequantize(fp8lab.QuantizedTensor(np.zeros((4096, 4096), np.uint8), one,
+                                                                          "e4m3", "tensor")),
+        "fl.requantize_tile_to_col": lambda: fp8lab.requantize_tile_to_col(tile),
+        "fl.train": lambda: fp8lab.train(steps=600, batch=64, d_in=512, d_out=256, progress=False),
+    }
+    for backend, warns in (("gpu", False), ("sim", True), ("sim", False)):  # a GPU never; the simulator once per op
+        monkeypatch.setattr(runtime, "backend", backend)
+        for op, call in calls.items():
+            with warnings.catch_warnings(record=True) as record:
+                warnings.simplefilter("always")
+                with pytest.raises(_Launched):
+                    call()
+            got = _slow_warnings(record)
+            assert [str(w.message).split(" on the simulator")[0] for w in got] == ([op] if warns else []), (backend, op)
+            assert all(w.filename == __file__ for w in got), [w.filename for w in got]  # points at the caller
+    with warnings.catch_warnings(record=True) as record:  # the NumPy reference engine launches nothing
+        warnings.simplefilter("always")
+        monkeypatch.setattr(runtime, "_SIM_WARNED", set())
+        with pytest.raises(_Launched):
+            fp8lab.train(steps=600, batch=64, d_in=512, d_out=256, engine="reference", progress=False)
+    assert not _slow_warnings(record)

@@ -43,12 +43,23 @@ def graded_solutions():
 
 
 @pytest.fixture(scope="module")
-def graded_exercises():
-    return {name: worksheets.grade(EXERCISES / name) for name in NAMES}
+def generated(tmp_path_factory):
+    """exercises/ as solutions/ generate them, in a tmp folder: the tests judge these, never the files in
+    exercises/, which a learner may have edited in place."""
+    d = tmp_path_factory.mktemp("exercises")
+    for name, data in worksheets.generated_files(SOLUTIONS).items():
+        (d / name).write_bytes(data)
+    return d
+
+
+@pytest.fixture(scope="module")
+def graded_exercises(generated):
+    return {name: worksheets.grade(generated / name) for name in NAMES}
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_solution_passes_every_check(graded_solutions, name):
+    """(`fp8lab grade` exits 0 exactly when every row passed: _grade_main.)"""
     rows = graded_solutions[name]
     assert rows, f"{name} calls no fp8lab.check function"
     assert all(r["status"] == "passed" for r in rows), rows
@@ -67,17 +78,24 @@ def test_exercise_is_not_attempted(graded_exercises, graded_solutions, name):
         assert r["status"] == "not attempted" and r["detail"].startswith("not attempted yet"), r
 
 
-def test_grade_report_mixes_outcomes(tmp_path, capsys):
-    """A learner answered one question wrongly and left the other: one failed row (with the message's first
-    line), one not attempted, exit status 0."""
-    nb = nbformat.read(EXERCISES / "ws1_fp8_encode_decode.ipynb", as_version=4)
+def test_grade_report_mixes_outcomes(tmp_path, generated, monkeypatch, capsys):
+    """A learner started ws1 (a copy in work/), answered one question wrongly and left the other; a typo in
+    another cell. `fp8lab grade ws1` grades the copy: one failed row (with the message's first line), one not
+    attempted, the cell error, exit status 1."""
+    root = tmp_path / "course"
+    shutil.copytree(generated, root / "exercises")
+    monkeypatch.setattr(worksheets, "_root", lambda: root)
+    path = worksheets.start("ws1", log=lambda *a: None)
+    assert path == root / "work" / "ws1_fp8_encode_decode.ipynb"
+    nb = nbformat.read(path, as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code" and "def decode_e4m3" in c.source)
     cell.source = cell.source.replace('raise NotImplementedError("your answer goes here: replace this line")',
                                       "return float(code)")
-    path = tmp_path / "attempt.ipynb"
+    nb.cells.append(nbformat.v4.new_code_cell("prnt('a typo')"))
     nbformat.write(nb, path)
-    assert worksheets.main(["grade", str(path)]) == 0
+    assert worksheets.main(["ws1"], prog="fp8lab grade") == 1
     out = capsys.readouterr().out
+    assert "(cell error)" in out and "NameError: name 'prnt' is not defined" in out
     assert "score: 0 of 2 questions passed" in out
     lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.strip().startswith(("decode_e4m3", "encode_e4m3"))}
     assert "failed" in lines["decode_e4m3"] and "codes decode wrongly" in lines["decode_e4m3"]
@@ -87,8 +105,17 @@ def test_grade_report_mixes_outcomes(tmp_path, capsys):
 def test_grade_unreadable_notebook_is_an_error(tmp_path, capsys):
     bad = tmp_path / "broken.ipynb"
     bad.write_text("{not json")
-    assert worksheets.main(["grade", str(bad)]) == 1
+    assert worksheets.main(["grade", str(bad)]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_grade_non_worksheet_is_exit_2(tmp_path, capsys):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    path = tmp_path / "not_a_worksheet.ipynb"
+    nbformat.write(nb, path)
+    assert worksheets.main(["grade", str(path)]) == 2
+    assert "not a worksheet" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -394,8 +421,21 @@ def test_check_report_file(tmp_path, monkeypatch, capsys):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def test_build_check_passes_on_repo(capsys):
-    assert worksheets.main(["build", "--check"]) == 0, capsys.readouterr().err
+def _versions(path: Path) -> list[bytes]:
+    """The file in the work tree and as committed: a learner's edits in place do not count against the course,
+    an instructor's rebuild counts before it is committed."""
+    import subprocess
+
+    r = subprocess.run(["git", "-C", str(ROOT), "show", f"HEAD:{path.relative_to(ROOT).as_posix()}"],
+                       capture_output=True)
+    return [path.read_bytes() if path.is_file() else b""] + ([r.stdout] if r.returncode == 0 else [])
+
+
+def test_committed_exercises_are_what_solutions_generate():
+    want = worksheets.generated_files(SOLUTIONS)
+    stale = [name for name, data in want.items() if data not in _versions(EXERCISES / name)]
+    assert not stale, f"exercises/ is out of date with solutions/ (run `fp8lab worksheets build`): {stale}"
+    assert sorted(p.name for p in EXERCISES.glob("*.ipynb")) == sorted(n for n in want if n.endswith(".ipynb"))
 
 
 def test_strip_solution():
@@ -409,11 +449,11 @@ def test_strip_solution():
             worksheets.strip_solution(bad)
 
 
-def test_exercises_are_clean():
+def test_exercises_are_clean(generated):
     for name in NAMES:
-        text = (EXERCISES / name).read_text()
+        text = (generated / name).read_text()
         assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
-        nb = nbformat.read(EXERCISES / name, as_version=4)
+        nb = nbformat.read(generated / name, as_version=4)
         assert set(nb.metadata) == {"kernelspec", "language_info"}
         for cell in nb.cells:
             if cell.cell_type == "code":
@@ -447,6 +487,8 @@ def test_build_protects_edited_exercise(tree, capsys):
     assert str(target) in capsys.readouterr().err
     assert worksheets.main(args + ["--force"]) == 0
     assert worksheets.stale_files(sol, ex) == []
+    (backup,) = (sol.parent / "work" / "backup").glob("*/ws2_rmsnorm_kernel.ipynb")  # --force kept the edit
+    assert backup.read_text() == edited
 
 
 def test_build_updates_generated_exercise_when_solution_changes(tree, capsys):

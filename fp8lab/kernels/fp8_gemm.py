@@ -67,7 +67,7 @@ import numpy as np
 from .. import _validate as V
 from .. import accum, bench, formats, runtime, spec, timing
 from ..runtime import cuda
-from ..spec import FMTS, GROUP_K, QuantizedTensor
+from ..spec import GROUP_K, QuantizedTensor
 from . import common as C
 from .common import DECODE_X2, sgemm_fma_step, sgemm_store, vec_ok
 
@@ -380,9 +380,7 @@ def _check_operand(name: str, q):
             raise TypeError(f"{name} must be a QuantizedTensor (attributes data, scale, granularity, fmt), "
                             f"got {V.describe(q)} without .{attr}")
     V.choice(f"{name}.granularity", q.granularity, OPERAND_GRANULARITIES)
-    fmt = formats.get_format(q.fmt).name
-    if fmt not in FMTS:
-        raise ValueError(f"{name}.fmt must be one of {FMTS}, got {q.fmt!r}")
+    fmt = spec.fmt_name(q.fmt, f"{name}.fmt")
     block = getattr(q, "block", None)
     if q.granularity != "tensor" and block not in (None, GROUP_K):
         raise ValueError(f"{name}.block must be {GROUP_K} for granularity {q.granularity!r} (the kernel's K-group), "
@@ -421,7 +419,8 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
     bits (13 = Hopper's FP22, see fp8lab.accum). promote_every: multiple of 32; None = 128 with tile/block
     scales, no promotion with per-tensor scales. out: optional float32 (M, N) device array.
     version: 1, 2 or 3 (None: 3 for FP32 accumulation, 2 with accum_bits; 3 has FP32 accumulation only).
-    Returns a NumPy array for NumPy inputs, else the device array.
+    Returns a NumPy array for NumPy inputs, else the device array. A NaN scale (a group that held NaN/Inf,
+    see fp8lab.quantize) or a NaN code makes the outputs that use it NaN; nothing is checked for finiteness.
     """
     da, dsa, fa = _check_operand("qa", qa)
     db, dsb, fb = _check_operand("qb", qb)
@@ -441,9 +440,10 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
         y = V.array("out", out, dtype=np.float32, shape=(M, N))
         if not V.is_device_array(y):
             raise TypeError(f"out must be a device array, got {V.describe(out)}")
-    launch(runtime.to_device(da), runtime.to_device(dsa), runtime.to_device(db), runtime.to_device(dsb), y,
-           _KIND[qa.granularity],
-           _KIND[qb.granularity], fa, fb, bits, promote, version)
+    runtime.sim_check("fl.fp8_gemm", (M, N, K), (version, bits >= 0))  # warns once if the simulator takes minutes
+    with V.no_float_warnings(runtime.IS_SIM):  # the simulator warns on Inf * 0 where a GPU silently gives NaN
+        launch(runtime.to_device(da), runtime.to_device(dsa), runtime.to_device(db), runtime.to_device(dsb), y,
+               _KIND[qa.granularity], _KIND[qb.granularity], fa, fb, bits, promote, version)
     on_device = V.is_device_array(qa.data)
     return y if (on_device or out is not None) else y.copy_to_host()
 

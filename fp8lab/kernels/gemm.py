@@ -404,7 +404,8 @@ def gemm(a, b, version: int | None = None, out=None):
 
     a: (M, K) and b: (K, N) float32, NumPy or CUDA device arrays. Returns a NumPy array when both inputs are NumPy
     arrays, else a device array; with `out` (a float32 (M, N) NumPy or device array) the result is written there
-    and `out` is returned.
+    and `out` is returned. NaN and Inf in a or b are not checked: they reach the outputs that use them, as in any
+    float32 GEMM.
     """
     a = V.array("a", a, dtype=np.float32, ndim=2)
     b = V.array("b", b, dtype=np.float32, ndim=2)
@@ -415,12 +416,14 @@ def gemm(a, b, version: int | None = None, out=None):
     version = V.version("version", version, VERSIONS, default=BEST)
     if out is not None:
         out = V.array("out", out, dtype=np.float32, shape=(M, N))
+    runtime.sim_check("fl.gemm", (M, N, K), version)  # warns once if the simulator would take minutes
     on_device = V.is_device_array(a) or V.is_device_array(b)
     if out is not None and V.is_device_array(out):
         c = out
     else:
         c = cuda.device_array((M, N), np.float32)
-    launch(runtime.to_device(a), runtime.to_device(b), c, version)
+    with V.no_float_warnings(runtime.IS_SIM):  # the simulator warns on Inf * 0 where a GPU silently gives NaN
+        launch(runtime.to_device(a), runtime.to_device(b), c, version)
     if out is not None and not V.is_device_array(out):
         out[...] = c.copy_to_host()
         return out

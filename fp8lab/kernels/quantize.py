@@ -9,8 +9,10 @@ scale = amax / FP8_MAX, so the largest |x| encodes to exactly +-FP8_MAX. Transfo
 scale_inv. The cast multiplies by inv_scale = FP8_MAX / amax, computed once in float32 on the device.
 
 amax is floored at spec.AMAX_FLOOR = 1e-12 so an all-zero tensor gives codes 0 and a finite scale instead of
-0/0 (fp8lab/spec.py says why 1e-12). NaN in the input propagates: amax becomes NaN, so every code is NaN and the
-loss shows it. The reference is spec.quantize_tensor.
+0/0 (fp8lab/spec.py says why 1e-12). NaN or +-Inf in the input poisons the tensor, as it poisons a group of the
+fine granularities: the scale is NaN and every code 0x7F (NaN), so the loss shows it (an Inf amax would
+otherwise give an infinite scale and turn every finite element into a zero code). The reference is
+spec.quantize_tensor.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ THREADS = runtime.block_threads(256)
 PARTIALS = 1024 if not runtime.IS_SIM else 4
 """Blocks of the amax pass, so partial maxima the one-block finalize reduces (a grid-stride loop covers x)."""
 AMAX_FLOOR = spec.AMAX_FLOOR
+POISON_CODE = spec.POISON_CODE
 
 
 @cuda.jit
@@ -66,6 +69,8 @@ def _make_finalize(fp8_max):
         if cuda.threadIdx.x == 0:
             amax[0] = m
             safe = nanmax(m, AMAX_FLOOR)
+            if m - m != 0:  # NaN or +-Inf: no usable scale, every code is poisoned (spec.quantize_tensor)
+                safe = m - m
             scale[0] = safe / fp8_max
             inv_scale[0] = fp8_max / safe
 
@@ -78,7 +83,7 @@ def _make_cast(encode):
         s = inv_scale[0]
         i = cuda.grid(1)
         while i < x.size:
-            codes[i] = encode(x[i] * s)
+            codes[i] = POISON_CODE if s != s else encode(x[i] * s)
             i += cuda.gridsize(1)
 
     @cuda.jit
@@ -90,7 +95,7 @@ def _make_cast(encode):
         while i < x.size:
             r = i // C
             c = i % C
-            code = encode(x[r, c] * s)
+            code = POISON_CODE if s != s else encode(x[r, c] * s)
             codes[r, c] = code
             codes_t[c, r] = code  # strided write; a shared-memory tile would coalesce it
             i += cuda.gridsize(1)

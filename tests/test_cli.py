@@ -1,0 +1,111 @@
+"""The command line as a learner meets it: --backend applied before the backend is chosen, one clear line
+(exit 2, no traceback) for a bad backend, and the worksheet flow start -> work/ copy -> grade."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fp8lab import runtime, worksheets
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fp8lab_cli(*args, cwd=None, **env):
+    e = dict(os.environ)
+    e.pop("FP8LAB_BACKEND", None)
+    e.update(env)
+    return subprocess.run([sys.executable, "-m", "fp8lab.cli", *args], capture_output=True, text=True, env=e,
+                          cwd=cwd, timeout=300)
+
+
+def one_line_error(r, *words):
+    assert r.returncode in (1, 2), (r.stdout, r.stderr)  # 1: worksheets' own errors
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+
+
+def test_backend_flag_is_applied_before_the_backend_is_chosen():
+    other = "gpu" if runtime.IS_SIM else "sim"  # the backend this machine would not pick by itself
+    r = fp8lab_cli("--backend", other, "info")
+    if other == "sim":
+        assert r.returncode == 0 and "backend" in r.stdout and " sim" in r.stdout, r.stderr
+    else:
+        one_line_error(r, "fp8lab: error:", "FP8LAB_BACKEND=gpu", "simulator")
+    r = fp8lab_cli(f"--backend={runtime.backend}", "info")
+    assert r.returncode == 0 and f" {runtime.backend}" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("args, env, words", [
+    (["info"], {"FP8LAB_BACKEND": "bogus"}, ["FP8LAB_BACKEND must be one of ('gpu', 'sim')", "'bogus'"]),
+    (["--backend", "cpu", "info"], {}, ["--backend must be one of ('gpu', 'sim')", "'cpu'"]),
+    (["--backend", "cpu", "grade", "ws1"], {}, ["--backend must be one of"]),
+    (["grade", "ws9"], {}, ["no worksheet 'ws9'", "ws1, ws2"]),
+    (["grade", str(ROOT / "notebooks" / "00_start_here.ipynb")], {}, ["not a worksheet"]),
+    (["grade", "missing.ipynb"], {}, ["cannot read missing.ipynb"]),
+    (["worksheets", "start", "ws0"], {}, ["no worksheet 'ws0'"]),
+    (["train", "--steps", "2", "--plot", "/proc/no/x.png"], {}, ["--plot /proc/no/x.png", "cannot"]),
+    (["train", "--steps", "2", "--no-plot", "--json", str(ROOT)], {}, ["--json", "cannot write it"]),
+    (["train", "--steps", "0", "--no-plot"], {}, ["steps must be"]),
+    (["train", "--lr", "nan", "--steps", "2", "--no-plot"], {}, ["lr must be", "nan"]),
+    (["train", "--lr", "-1", "--steps", "2", "--no-plot"], {}, ["lr must be", "-1"]),
+    (["train", "--noise", "inf", "--steps", "2", "--no-plot"], {}, ["noise must be", "inf"]),
+    (["train", "--batch", "0", "--steps", "2", "--no-plot"], {}, ["batch must be", "0"]),
+    (["train", "--d-in", "-3", "--steps", "2", "--no-plot"], {}, ["d_in must be", "-3"]),
+])
+def test_bad_command_lines_give_one_clear_line(args, env, words):
+    one_line_error(fp8lab_cli(*args, **env), *words)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["bench", "nope"], ["invalid choice: 'nope'"]),
+    (["bench", "gemm", "--nope"], ["unrecognized arguments: --nope"]),
+    (["train", "--recipe", "fp4"], ["invalid choice: 'fp4'"]),
+    (["train", "--steps", "two"], ["invalid int value: 'two'"]),
+])
+def test_argparse_errors_name_the_argument(args, words):
+    r = fp8lab_cli(*args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, usage", [
+    (["--backend", "sim", "grade", "--help"], "usage: fp8lab grade"),
+    (["grade", "--help"], "usage: fp8lab grade"),
+    (["--backend", "sim", "worksheets", "--help"], "usage: fp8lab worksheets"),
+    (["worksheets", "start", "--help"], "usage: fp8lab worksheets start"),
+])
+def test_help_names_the_command_typed(args, usage):
+    r = fp8lab_cli(*args)
+    assert r.returncode == 0 and r.stdout.startswith(usage), (r.stdout, r.stderr)
+
+
+def test_start_copies_an_exercise_once_and_fresh_keeps_a_backup(tmp_path, capsys):
+    ex = ROOT / "exercises"
+    work = tmp_path / "work"
+    dst = worksheets.start("ws2", exercises=ex, work=work)
+    assert dst == work / "ws2_rmsnorm_kernel.ipynb"
+    assert dst.read_bytes() == (ex / dst.name).read_bytes()
+    dst.write_text(dst.read_text().replace("your answer goes here", "my answer"))
+    mine = dst.read_text()
+    assert worksheets.start("ws2_rmsnorm_kernel.ipynb", exercises=ex, work=work) == dst
+    assert dst.read_text() == mine and "already exists" in capsys.readouterr().out
+    worksheets.start("ws2", fresh=True, exercises=ex, work=work)
+    assert dst.read_bytes() == (ex / dst.name).read_bytes()
+    (backup,) = (work / "backup").glob("*/ws2_rmsnorm_kernel.ipynb")
+    assert backup.read_text() == mine
+    with pytest.raises(worksheets.WorksheetError, match="no worksheet 'ws7'"):
+        worksheets.start("ws7", exercises=ex, work=work)
+    with pytest.raises(TypeError, match="name must be a worksheet name"):
+        worksheets.start(1, exercises=ex, work=work)
+
+
+def test_work_folder_is_ignored_by_git():
+    r = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", "work/ws1_fp8_encode_decode.ipynb"])
+    assert r.returncode == 0, "work/ (learners' copies) must be in .gitignore"
