@@ -20,7 +20,8 @@ JUPYTER_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # The server's root is the repository (lectures, worksheets and work/ all reachable); lecture 00 opens first.
 LAB_FIRST ?= notebooks/00_start_here.ipynb
-LAB_CMD = $(VENV)/bin/jupyter lab $(JUPYTER_ROOT) --ServerApp.root_dir="$(CURDIR)" \
+# .venv/bin first on PATH, so that `fp8lab ...` works in the lab's terminal.
+LAB_CMD = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab $(JUPYTER_ROOT) --ServerApp.root_dir="$(CURDIR)" \
 	--LabApp.default_url=/lab/tree/$(LAB_FIRST) $(JUPYTER_ARGS)
 
 lab: $(VENV)/.installed-lab
@@ -45,8 +46,8 @@ site: $(VENV)/.installed-site
 
 # On a GPU machine: re-run every notebook and refresh docs/executed/ (then commit it); tests/test_site.py fails
 # while a source notebook is newer than its executed copy.
-executed: $(VENV)/.installed-site
+executed: $(VENV)/.installed-site $(VENV)/.installed-torch
 	FP8LAB_BACKEND=gpu $(PY) scripts/site.py execute
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site

@@ -37,6 +37,21 @@ def probe_driver() -> tuple[int, str]:
     return count.value, f"{count.value} CUDA device(s) found"
 
 
+def preflight(flag: str | None = None) -> None:
+    """Refuse, without importing numba, a backend that cannot work: an unknown name, or gpu without a device.
+    flag: the value of a command line's --backend (named in the message), else FP8LAB_BACKEND is checked."""
+    raw = flag if flag is not None else os.environ.get(ENV_VAR, "")
+    source = f"--backend {flag}" if flag is not None else f"{ENV_VAR}={raw.strip().lower()}"
+    want = raw.strip().lower()
+    if want and want not in BACKENDS:
+        name = "--backend" if flag is not None else ENV_VAR
+        raise BackendError(f"{name} must be one of {BACKENDS} (or unset to probe), got {raw!r}")
+    if want == "gpu":
+        ndev, reason = probe_driver()
+        if ndev == 0:
+            raise BackendError(f"{source}, but {reason}. Leave it out (or use 'sim') to run on the simulator.")
+
+
 def _numba_mode() -> str | None:
     """The mode numba is already in, or None when numba.cuda is not imported yet."""
     if "numba.cuda" not in sys.modules:

@@ -29,8 +29,9 @@ def bucket(nbytes: int) -> int:
 
 
 class BlockCache:
-    """Free device blocks by size. alloc(nbytes) -> pointer raises MemoryError when the device is full;
-    free(pointer) returns a block to the driver."""
+    """Free device blocks by size; `take`, `give` and `release` are its methods. Built with two functions:
+    alloc(nbytes) -> pointer (raises MemoryError when the device is full) and free(pointer), which returns a
+    block to the driver. The GPU memory manager also releases every cached block when its context is reset."""
 
     def __init__(self, alloc, free):
         self._alloc, self._free = alloc, free

@@ -121,9 +121,8 @@ def main(argv=None) -> int:
 
 def _main(argv: list[str]) -> int:
     choice, rest = _leading_backend(argv)
-    if choice is not None and choice not in _backend.BACKENDS:
-        print(f"fp8lab: error: --backend must be one of {_backend.BACKENDS}, got {choice!r}", file=sys.stderr)
-        return 2
+    if not any(a in ("-h", "--help") for a in rest[:2]):
+        _backend.preflight(choice)  # a bad or unusable backend: one line now, not a traceback later
     if rest and rest[0] in ("worksheets", "grade"):  # they parse their own options (--help included)
         from . import worksheets
 
@@ -131,18 +130,25 @@ def _main(argv: list[str]) -> int:
         if rest[0] == "worksheets":
             return worksheets.main(rest[1:])
         return worksheets.main(rest[1:], prog="fp8lab grade")
-    p = argparse.ArgumentParser(prog="fp8lab", description="FP8 training course: kernels, checks, benchmarks.")
+    if len(rest) >= 2 and rest[0] == "bench" and rest[1].startswith("-") and rest[1] not in ("-h", "--help"):
+        rest = ["bench", "all", *rest[1:]]  # `fp8lab bench --check-only` means every module
+    p = argparse.ArgumentParser(prog="fp8lab", description="FP8 training course: kernels, checks, benchmarks. "
+                                "Put --backend before the command: fp8lab --backend sim info.")
     p.add_argument("--backend", choices=("gpu", "sim"), help="force a backend (same as FP8LAB_BACKEND)")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("info", help="backend, device and library versions")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    i = sub.add_parser("info", help="backend, device and library versions")
 
     t = sub.add_parser("train", help="train the FP8 layer (and an FP32 baseline) and plot the loss")
-    t.add_argument("--recipe", default="fp8-tensor", choices=("fp32", "fp8-tensor"))
+    for sp in (i, t):
+        sp.add_argument("--backend", choices=("gpu", "sim"), default=argparse.SUPPRESS,
+                        help="force a backend (also accepted before the command)")
+    t.add_argument("--recipe", default="fp8-tensor", choices=("fp32", "fp8-tensor"),
+                   help="the FP8 recipe to train, beside an FP32 baseline (default: %(default)s)")
     t.add_argument("--steps", type=int, help="default: 600 on a GPU, 20 on the simulator")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--batch", type=int)
-    t.add_argument("--d-in", type=int)
-    t.add_argument("--d-out", type=int)
+    t.add_argument("--seed", type=int, default=0, help="default: %(default)s")
+    t.add_argument("--batch", type=int, help="default: 64 on a GPU, 8 on the simulator")
+    t.add_argument("--d-in", type=int, help="input features; default: 512 on a GPU, 32 on the simulator")
+    t.add_argument("--d-out", type=int, help="output features; default: 256 on a GPU, 16 on the simulator")
     t.add_argument("--lr", type=float, help="default: 1e-3 on a GPU, 5e-2 on the simulator")
     t.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
     t.add_argument("--noise", type=float, default=0.5, help="target noise std; the loss floor is its square")
@@ -154,20 +160,24 @@ def _main(argv: list[str]) -> int:
     t.add_argument("--json", help="also write the histories as JSON")
     t.add_argument("--no-progress", action="store_true")
 
-    b = sub.add_parser("bench", help="check every kernel version against its reference, then time it")
-    b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("overhead", "all"),
+    b = sub.add_parser("bench", help="check every kernel version against its reference, then time it",
+                       description="Check every version of a kernel module against its reference, then time it "
+                                   "(on a GPU). OP defaults to all; options go after it: fp8lab bench gemm --markdown.")
+    b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("overhead", "all"), metavar="OP",
                    help="a kernel module, overhead (the public API against its preallocated kernels), or all")
     b.add_argument("rest", nargs=argparse.REMAINDER,
                    help="passed to each kernel module: --markdown (a BENCHMARKS.md section), --check-only, and "
                         "module options (gemm: --plot PATH; fp8_gemm: --deepseek)")
 
-    w = sub.add_parser("worksheets", help="build exercises/ from solutions/ (`fp8lab worksheets build --help`)",
+    w = sub.add_parser("worksheets", help="start a worksheet in work/, grade it; instructors: build exercises/",
                        add_help=False)
     w.add_argument("rest", nargs=argparse.REMAINDER)
     g = sub.add_parser("grade", help="run a worksheet headless and print a score table per question")
     g.add_argument("rest", nargs=argparse.REMAINDER)
 
-    args = p.parse_args(argv)
+    args = p.parse_args(rest if choice is None else ["--backend", choice, *rest])
+    if choice is None and args.backend is not None:
+        _backend.preflight(args.backend)
     _apply_backend(args.backend)
     import fp8lab
 

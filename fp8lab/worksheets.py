@@ -27,7 +27,8 @@ build
 grade NAME|PATH
     runs a worksheet headless (every cell, errors included) and prints one row per check call
     (fp8lab.check.*): passed, failed (first line of the message) or not attempted, and the first error of any
-    other cell. Exit status: 0 every question passed, 1 some did not, 2 not a worksheet or not runnable.
+    other cell (listed, not scored). Exit status: 0 every question passed, 1 some did not, 2 not a worksheet
+    or not runnable.
 
 Python API: `generate(nb)`, `build(...)`, `stale_files(...)`, `start(name)`, `resolve(name)`,
 `run_notebook(path)`, `grade(path)`, `main(argv)`.
@@ -87,9 +88,17 @@ def resolve(name, exercises=None) -> Path:
 
 
 def _backup(paths, work: Path) -> Path:
-    """Copy `paths` into work/backup/<time>/ and return that folder."""
-    dest = work / "backup" / time.strftime("%Y%m%d-%H%M%S")
-    dest.mkdir(parents=True, exist_ok=True)
+    """Copy `paths` into a new folder work/backup/<time>[-n]/ and return it (never one that exists)."""
+    stem = work / "backup" / time.strftime("%Y%m%d-%H%M%S")
+    dest, n = stem, 1
+    (work / "backup").mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            dest.mkdir()
+            break
+        except FileExistsError:
+            n += 1
+            dest = stem.with_name(f"{stem.name}-{n}")
     for p in paths:
         shutil.copy2(p, dest / Path(p).name)
     return dest
@@ -103,7 +112,7 @@ def start(name, *, fresh: bool = False, exercises=None, work=None, log=print) ->
     if dst.exists() and not fresh:
         log(f"{dst} already exists: it is your copy, kept as it is (`--fresh` starts over, backing it up)")
     else:
-        if dst.exists():
+        if dst.exists() and dst.read_bytes() != src.read_bytes():  # an untouched copy needs no backup
             log(f"your previous copy is saved in {_backup([dst], work)}")
         work.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
@@ -446,7 +455,7 @@ def _grade_main(args) -> int:
     path = _gradable(args.target)
     rows = grade(path, timeout=args.timeout)
     print_grades(path, rows)
-    return 0 if all(r["status"] == "passed" for r in rows) else 1
+    return 0 if all(r["status"] == "passed" for r in rows if r["status"] != "error") else 1
 
 
 def main(argv=None, prog: str = "fp8lab worksheets") -> int:
@@ -485,8 +494,9 @@ def main(argv=None, prog: str = "fp8lab worksheets") -> int:
         if args.check:
             stale = stale_files(sol, ex)
             if stale:
-                print(f"{ex} is out of date with {sol} (run `fp8lab worksheets build`):\n  " + "\n  ".join(stale),
-                      file=sys.stderr)
+                print(f"{ex} is out of date with {sol}:\n  " + "\n  ".join(stale) + "\nrun `fp8lab worksheets build`; "
+                      "an exercise edited by hand: `git checkout -- FILE` restores it, or `build --force` "
+                      f"overwrites it after a backup in {WORK}/backup/", file=sys.stderr)
                 return 1
             print(f"{ex} is up to date with {sol}")
             return 0

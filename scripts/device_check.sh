@@ -20,5 +20,9 @@ if [[ $what == all || $what == train ]]; then
   python3 -m fp8lab.cli train --recipe fp8-tensor --no-progress --plot "$OUT/train_loss.png" --json "$OUT/train.json" 2>&1 | tee "$OUT/train.txt"
 fi
 if [[ $what == all || $what == bench ]]; then
-  python3 -m fp8lab.cli bench all --markdown 2>&1 | tee "$OUT/bench.md"
+  python3 -m fp8lab.cli bench all --markdown 2>&1 | tee "$OUT/bench.md"  # all: the kernel modules, then overhead
+fi
+if [[ $what == all || $what == executed ]]; then
+  # the executed copies behind `make site` (copy $OUT/executed/* to docs/executed/ and commit them)
+  (unset MPLBACKEND; python3 scripts/site.py execute --out "$OUT/executed") 2>&1 | tee "$OUT/executed.log" | tail -3
 fi

@@ -15,7 +15,8 @@
         --allow-missing (the index then says which ones are missing). Needs nbconvert (`make site`).
     scripts/site.py check
         Exit 1 listing every source notebook whose executed copy is missing, or older than the source (its
-        source_sha256 is not the sha256 of the source file's bytes). tests/test_site.py runs the same check.
+        code cells differ from the source's: outputs depend on the code only, and `build` takes the prose from
+        the source, so a markdown edit needs no new run). tests/test_site.py runs the same check.
 
 Every subcommand takes --root DIR (the repository; default: the one this script is in), for tests on copies.
 Standard library plus nbformat and nbclient (fp8lab's own dependencies); nbconvert only for `build`.
@@ -63,6 +64,33 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def code_digest(nb) -> str:
+    """sha256 of a notebook's code cells, in order: what its outputs depend on (prose is taken from the source)."""
+    code = [c.get("source", "") for c in nb["cells"] if c.get("cell_type") == "code"]
+    code = ["".join(c) if isinstance(c, list) else c for c in code]
+    return hashlib.sha256(json.dumps(code).encode("utf-8")).hexdigest()
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def with_outputs(source, executed):
+    """The source notebook (its prose as it is now) with the outputs of the executed copy's code cells."""
+    ran = [c for c in executed.cells if c.cell_type == "code"]
+    mine = [c for c in source.cells if c.cell_type == "code"]
+    if [c.source for c in ran] != [c.source for c in mine]:
+        raise SiteError("the code cells differ from the executed copy's")
+    for c, r in zip(mine, ran):
+        c.outputs, c.execution_count = r.outputs, r.execution_count
+    source.metadata[META] = executed.metadata.get(META, {})
+    return source
+
+
 def stamp(nb) -> dict | None:
     return nb.metadata.get(META)
 
@@ -84,13 +112,13 @@ def status(root: Path, executed: Path) -> list[tuple[str, str | None]]:
         if not copy.exists():
             rows.append((rel, f"no executed copy ({_show(copy, root)} is missing)"))
             continue
-        st = read_stamp(copy)
-        if not st or "source_sha256" not in st:
-            rows.append((rel, f"{_show(copy, root)} has no metadata.{META}.source_sha256"))
-        elif st["source_sha256"] != sha256(root / rel):
-            rows.append((rel, f"changed since its executed copy was made ({st.get('date', '?')}, "
+        st, ran, src = read_stamp(copy), _read_json(copy), _read_json(root / rel)
+        if not st or ran is None:
+            rows.append((rel, f"{_show(copy, root)} has no metadata.{META} (not written by `execute`)"))
+        elif src is None or code_digest(ran) != code_digest(src):
+            rows.append((rel, f"its code changed since its executed copy was made ({st.get('date', '?')}, "
                               f"{st.get('backend', '?')}): {_show(copy, root)} is out of date"))
-        else:
+        else:  # prose edits need no new run: `build` takes the prose from the source
             rows.append((rel, None))
     return rows
 
@@ -433,6 +461,11 @@ def cmd_build(args) -> int:
         if pages[page] is None:
             continue
         nb = nbformat.read(executed / rel, as_version=4)
+        if (root / rel).exists():
+            try:
+                nb = with_outputs(nbformat.read(root / rel, as_version=4), nb)
+            except SiteError:
+                pass  # code changed (warned above): the executed copy as it is
         for cell in nb.cells:
             if cell.cell_type == "markdown":
                 cell.source = rewrite_links(cell.source, page, known, dead)

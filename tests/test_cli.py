@@ -36,7 +36,11 @@ def test_backend_flag_is_applied_before_the_backend_is_chosen():
     if other == "sim":
         assert r.returncode == 0 and "backend" in r.stdout and " sim" in r.stdout, r.stderr
     else:
-        one_line_error(r, "fp8lab: error:", "FP8LAB_BACKEND=gpu", "simulator")
+        one_line_error(r, "fp8lab: error:", "--backend gpu, but", "simulator")
+        one_line_error(fp8lab_cli("info", "--backend", "gpu"), "--backend gpu, but")  # after the command too
+        one_line_error(fp8lab_cli("info", FP8LAB_BACKEND="gpu"), "FP8LAB_BACKEND=gpu, but")
+        # checked before a notebook runs: grading must not report every question failed instead
+        one_line_error(fp8lab_cli("--backend", "gpu", "grade", "ws1"), "--backend gpu, but")
     r = fp8lab_cli(f"--backend={runtime.backend}", "info")
     assert r.returncode == 0 and f" {runtime.backend}" in r.stdout, r.stderr
 
@@ -45,6 +49,7 @@ def test_backend_flag_is_applied_before_the_backend_is_chosen():
     (["info"], {"FP8LAB_BACKEND": "bogus"}, ["FP8LAB_BACKEND must be one of ('gpu', 'sim')", "'bogus'"]),
     (["--backend", "cpu", "info"], {}, ["--backend must be one of ('gpu', 'sim')", "'cpu'"]),
     (["--backend", "cpu", "grade", "ws1"], {}, ["--backend must be one of"]),
+    (["grade", "ws1"], {"FP8LAB_BACKEND": "bogus"}, ["FP8LAB_BACKEND must be one of"]),
     (["grade", "ws9"], {}, ["no worksheet 'ws9'", "ws1, ws2"]),
     (["grade", str(ROOT / "notebooks" / "00_start_here.ipynb")], {}, ["not a worksheet"]),
     (["grade", "missing.ipynb"], {}, ["cannot read missing.ipynb"]),
@@ -80,6 +85,8 @@ def test_argparse_errors_name_the_argument(args, words):
     (["grade", "--help"], "usage: fp8lab grade"),
     (["--backend", "sim", "worksheets", "--help"], "usage: fp8lab worksheets"),
     (["worksheets", "start", "--help"], "usage: fp8lab worksheets start"),
+    (["bench", "--help"], "usage: fp8lab bench"),
+    (["train", "--help"], "usage: fp8lab train"),
 ])
 def test_help_names_the_command_typed(args, usage):
     r = fp8lab_cli(*args)
@@ -100,6 +107,12 @@ def test_start_copies_an_exercise_once_and_fresh_keeps_a_backup(tmp_path, capsys
     assert dst.read_bytes() == (ex / dst.name).read_bytes()
     (backup,) = (work / "backup").glob("*/ws2_rmsnorm_kernel.ipynb")
     assert backup.read_text() == mine
+    worksheets.start("ws2", fresh=True, exercises=ex, work=work)  # an untouched copy: nothing to back up
+    assert len(list((work / "backup").glob("*/*.ipynb"))) == 1
+    dst.write_text(dst.read_text().replace("your answer goes here", "second try"))
+    worksheets.start("ws2", fresh=True, exercises=ex, work=work)  # within the same second: a new folder
+    saved = sorted(p.read_text() for p in (work / "backup").glob("*/ws2_rmsnorm_kernel.ipynb"))
+    assert len(saved) == 2 and mine in saved and any("second try" in t for t in saved)
     with pytest.raises(worksheets.WorksheetError, match="no worksheet 'ws7'"):
         worksheets.start("ws7", exercises=ex, work=work)
     with pytest.raises(TypeError, match="name must be a worksheet name"):

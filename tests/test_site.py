@@ -189,9 +189,13 @@ def test_check_detects_a_changed_or_missing_copy(tmp_path):
     r = run("check", "--root", tmp_path)
     assert r.returncode == 0 and f"all {len(SOURCES)} executed copies are current" in r.stdout, r.stdout
 
+    prose = "notebooks/00_start_here.ipynb"  # a markdown edit needs no new run: the site takes prose from the source
+    nb = nbformat.read(tmp_path / prose, as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("A sentence written after the GPU run."))
+    nbformat.write(nb, tmp_path / prose)
     changed, gone = "notebooks/02_fp8_formats.ipynb", "solutions/ws2_rmsnorm_kernel.ipynb"
     nb = nbformat.read(tmp_path / changed, as_version=4)
-    nb.cells.append(nbformat.v4.new_markdown_cell("An edit after the GPU run."))
+    next(c for c in nb.cells if c.cell_type == "code").source += "\nx_new = 1  # an edit after the GPU run"
     nbformat.write(nb, tmp_path / changed)
     (executed / gone).unlink()
     r = run("check", "--root", tmp_path)
@@ -202,6 +206,22 @@ def test_check_detects_a_changed_or_missing_copy(tmp_path):
 
 
 # --------------------------------------------------------------------------------------- pure functions
+
+
+def test_build_takes_prose_from_the_source_and_outputs_from_the_run():
+    ran = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("old words"), nbformat.v4.new_code_cell("1 + 1")])
+    ran.cells[1].outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "2"}, execution_count=1)]
+    ran.cells[1].execution_count = 1
+    src = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("new words"), nbformat.v4.new_code_cell("1 + 1"),
+                                          nbformat.v4.new_markdown_cell("a new paragraph")])
+    assert site.code_digest(src) == site.code_digest(ran)
+    merged = site.with_outputs(src, ran)
+    assert [c.source for c in merged.cells] == ["new words", "1 + 1", "a new paragraph"]
+    assert merged.cells[1].outputs[0]["data"]["text/plain"] == "2" and merged.cells[1].execution_count == 1
+    src.cells[1].source = "1 + 2"
+    assert site.code_digest(src) != site.code_digest(ran)
+    with pytest.raises(site.SiteError, match="code cells differ"):
+        site.with_outputs(src, ran)
 
 
 def test_links_to_notebooks_become_links_to_pages():
