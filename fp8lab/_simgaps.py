@@ -119,6 +119,24 @@ def _shuffle(value, src_lane):
     return buf[src] if 0 <= src < warp["lanes"] and buf[src] is not None else value
 
 
+def lane_id() -> int:
+    """The calling simulated thread's lane (threadIdx.x mod 32 for one-dimensional blocks)."""
+    return threading.current_thread().thread_id % WARP_SIZE
+
+
+def warp_allgather(value) -> list:
+    """Every live lane's value, in lane order: what a warp-wide instruction (mma.sync) sees of its operands.
+    One barrier, like a shuffle; the twins of such instructions are built on it."""
+    t = threading.current_thread()
+    lane = t.thread_id % WARP_SIZE
+    warp = _warp(t)
+    buf = warp["values"][warp["round"][lane] % 2]
+    warp["round"][lane] += 1
+    buf[lane] = value
+    warp["barrier"].wait()
+    return list(buf[: warp["lanes"]])
+
+
 def shfl_down_sync(mask, value, delta):
     """Simulator twin of `cuda.shfl_down_sync`: lane i reads lane i + delta (its own value past the end)."""
     return _shuffle(value, lambda lane: lane + delta if lane + delta < WARP_SIZE else lane)

@@ -324,3 +324,83 @@ def test_decode_x2_hardware_every_pair():
     check_decode_pairs(np.arange(2**16, dtype=np.uint16), blocks=256, threads=256)
     text = ptx.ptx_of(decode_pairs_kernel, "void(uint16[::1], float32[:, :, ::1])")
     assert ptx.find_instructions(text, ptx.CVT_F16X2_E4M3X2) and ptx.find_instructions(text, ptx.CVT_F16X2_E5M2X2)
+
+
+# ------------------------------------------------------------------------------------------------ mma.sync m16n8k32
+
+
+def _mma_operands(rng, integers: bool):
+    """FP8 codes of A (16, 32) and B^T (8, 32), never NaN; integers=True: small integers, so that every sum is
+    exact in any accumulator of 12 bits or more (hardware and twin must then agree exactly)."""
+    if integers:
+        a, b = rng.integers(-8, 9, (16, 32)), rng.integers(-8, 9, (8, 32))
+    else:
+        a, b = rng.standard_normal((16, 32)) * 4, rng.standard_normal((8, 32)) * 4
+    return formats.encode(a.astype(np.float32), E4M3), formats.encode(b.astype(np.float32), E4M3)
+
+
+@cuda.jit
+def _mma_kernel(a_regs, b_regs, c, d):
+    lane = cuda.threadIdx.x
+    r = lane
+    g, t = lane >> 2, lane & 3
+    d0, d1, d2, d3 = ptx.mma_m16n8k32_e4m3(
+        a_regs[r, 0], a_regs[r, 1], a_regs[r, 2], a_regs[r, 3], b_regs[r, 0], b_regs[r, 1],
+        c[g, 2 * t], c[g, 2 * t + 1], c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
+    d[g, 2 * t] = d0
+    d[g, 2 * t + 1] = d1
+    d[g + 8, 2 * t] = d2
+    d[g + 8, 2 * t + 1] = d3
+
+
+def _run_mma(a, b, c):
+    ar, br = ptx.pack_mma_m16n8k32(a, b)
+    d = cuda.to_device(np.full((16, 8), np.nan, np.float32))
+    _mma_kernel[1, 32](cuda.to_device(ar), cuda.to_device(br), cuda.to_device(c), d)
+    return d.copy_to_host()
+
+
+def test_mma_layout_covers_every_element_once():
+    lay = ptx.mma_m16n8k32_layout()
+    for key, shape in (("a", (16, 32)), ("b", (32, 8)), ("c", (16, 8))):
+        seen = np.zeros(shape, int)
+        np.add.at(seen, (lay[key][..., 0].ravel(), lay[key][..., 1].ravel()), 1)
+        assert (seen == 1).all(), key
+    # lane 5 (group 1, thread 1): A value 0 at (1, 4), value 4 at (9, 4), value 8 at (1, 20); D values at (1, 2),
+    # (1, 3), (9, 2), (9, 3) (PTX ISA, "Matrix Fragments for mma.m16n8k32")
+    assert lay["a"][5, [0, 4, 8]].tolist() == [[1, 4], [9, 4], [1, 20]]
+    assert lay["b"][5, [0, 3, 4]].tolist() == [[4, 1], [7, 1], [20, 1]]
+    assert lay["c"][5].tolist() == [[1, 2], [1, 3], [9, 2], [9, 3]]
+    with pytest.raises(ValueError, match="a_codes must have shape"):
+        ptx.pack_mma_m16n8k32(np.zeros((16, 16), np.uint8), np.zeros((8, 32), np.uint8))
+
+
+@pytest.mark.parametrize("integers", [True, False])
+def test_mma_m16n8k32_matches_the_reference(rng, integers):
+    """The twin under the simulator, the tensor core on a GPU: D = A @ B.T + C for one warp's fragments."""
+    a, b = _mma_operands(rng, integers)
+    c = rng.standard_normal((16, 8)).astype(np.float32)
+    if integers:
+        c = np.round(c * 8).astype(np.float32)
+    got = _run_mma(a, b, c)
+    ref = ptx.mma_m16n8k32_reference(a, b, c)
+    assert not np.isnan(got).any(), "NaN in output (unwritten element?)"
+    if integers or not ptx.HARDWARE:
+        assert np.array_equal(got, ref), np.argwhere(got != ref)[:5]
+    else:  # the hardware accumulates with fewer bits than FP32 (DeepSeek-V3: about 14)
+        np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
+
+
+@pytest.mark.gpu
+def test_mma_m16n8k32_hardware_many_fragments(rng):
+    """The tensor core against the reference on 200 fresh fragments: exact on small integers (every partial sum
+    is an integer below 2**12), close on Gaussian values."""
+    for trial in range(200):
+        integers = trial % 2 == 0
+        a, b = _mma_operands(rng, integers)
+        c = np.round(rng.standard_normal((16, 8)) * 8).astype(np.float32)
+        got, ref = _run_mma(a, b, c), ptx.mma_m16n8k32_reference(a, b, c)
+        if integers:
+            assert np.array_equal(got, ref), (trial, np.argwhere(got != ref)[:5])
+        else:
+            np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
