@@ -105,28 +105,15 @@ def _warp(thread):
     return warp
 
 
-def _shuffle(value, src_lane):
-    # Round r writes buffer r % 2. A lane writes that buffer again only in round r + 2, after every lane
-    # has passed the barrier of round r + 1, so every read of round r is done by then: one barrier a shuffle.
-    t = threading.current_thread()
-    lane = t.thread_id % WARP_SIZE
-    warp = _warp(t)
-    buf = warp["values"][warp["round"][lane] % 2]
-    warp["round"][lane] += 1
-    buf[lane] = value
-    warp["barrier"].wait()
-    src = src_lane(lane)
-    return buf[src] if 0 <= src < warp["lanes"] and buf[src] is not None else value
-
-
 def lane_id() -> int:
     """The calling simulated thread's lane (threadIdx.x mod 32 for one-dimensional blocks)."""
     return threading.current_thread().thread_id % WARP_SIZE
 
 
-def warp_allgather(value) -> list:
-    """Every live lane's value, in lane order: what a warp-wide instruction (mma.sync) sees of its operands.
-    One barrier, like a shuffle; the twins of such instructions are built on it."""
+def _exchange(value) -> tuple[int, list, int]:
+    """Deposit this lane's value and wait for the warp: (lane, every lane's value, live lanes). One barrier."""
+    # Round r writes buffer r % 2. A lane writes that buffer again only in round r + 2, after every lane
+    # has passed the barrier of round r + 1, so every read of round r is done by then.
     t = threading.current_thread()
     lane = t.thread_id % WARP_SIZE
     warp = _warp(t)
@@ -134,7 +121,20 @@ def warp_allgather(value) -> list:
     warp["round"][lane] += 1
     buf[lane] = value
     warp["barrier"].wait()
-    return list(buf[: warp["lanes"]])
+    return lane, buf, warp["lanes"]
+
+
+def _shuffle(value, src_lane):
+    lane, buf, lanes = _exchange(value)
+    src = src_lane(lane)
+    return buf[src] if 0 <= src < lanes and buf[src] is not None else value
+
+
+def warp_allgather(value) -> list:
+    """Every live lane's value, in lane order: what a warp-wide instruction (mma.sync) sees of its operands.
+    One barrier, like a shuffle; the twins of such instructions are built on it."""
+    _, buf, lanes = _exchange(value)
+    return list(buf[:lanes])
 
 
 def shfl_down_sync(mask, value, delta):
