@@ -31,7 +31,7 @@ grade NAME|PATH
     or not runnable.
 
 Python API: `generate(nb)`, `build(...)`, `stale_files(...)`, `start(name)`, `resolve(name)`,
-`run_notebook(path)`, `grade(path)`, `main(argv)`.
+`read_notebook(path)`, `run_notebook(path)`, `grade(path)`, `main(argv)`.
 """
 
 from __future__ import annotations
@@ -245,21 +245,28 @@ def _first_error(nb) -> str | None:
     return None
 
 
-def run_notebook(path, *, timeout: int = TIMEOUT_S, allow_errors: bool = True) -> RunResult:
+def read_notebook(path):
+    """The notebook at path (nbformat 4); WorksheetError, naming the file, if it cannot be read."""
+    import nbformat
+
+    try:
+        return nbformat.read(Path(path), as_version=4)
+    except Exception as e:
+        raise WorksheetError(f"cannot read {path}: {type(e).__name__}: {e}") from None
+
+
+def run_notebook(path, *, timeout: int = TIMEOUT_S, allow_errors: bool = True, nb=None) -> RunResult:
     """Execute a notebook headless in its own directory, kernel "python3" of this environment.
 
-    With allow_errors=False execution stops at the first failing cell. Raises WorksheetError if the
-    notebook cannot be read or the kernel cannot run it (start failure, death, a cell over `timeout`).
+    nb: the notebook already read from path (it is executed in place). With allow_errors=False execution stops
+    at the first failing cell. Raises WorksheetError if the notebook cannot be read or the kernel cannot run it
+    (start failure, death, a cell over `timeout`).
     """
-    import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     path = Path(path)
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception as e:
-        raise WorksheetError(f"cannot read {path}: {type(e).__name__}: {e}") from None
+    nb = read_notebook(path) if nb is None else nb
     fd, report = tempfile.mkstemp(prefix="fp8lab-check-", suffix=".jsonl")
     os.close(fd)
     old = os.environ.get("FP8LAB_CHECK_REPORT")
@@ -302,15 +309,10 @@ def grade(path, *, timeout: int = TIMEOUT_S) -> list[dict]:
     A cell that raised outside a check (an import, a typo) adds a row with question "(cell error)".
     Raises WorksheetError if the notebook cannot be run or calls no check.
     """
-    import nbformat
-
-    try:
-        asks = questions(nbformat.read(Path(path), as_version=4))
-    except Exception as e:
-        raise WorksheetError(f"cannot read {path}: {type(e).__name__}: {e}") from None
-    if not asks:
+    nb = read_notebook(path)
+    if not questions(nb):
         raise WorksheetError(f"{path} calls no fp8lab.check function: it is not a worksheet")
-    res = run_notebook(path, timeout=timeout, allow_errors=True)
+    res = run_notebook(path, timeout=timeout, allow_errors=True, nb=nb)
     pending: dict[str, list[dict]] = {}
     for rec in res.checks:
         pending.setdefault(rec["check"], []).append(rec)
