@@ -97,11 +97,11 @@ def stamp(nb) -> dict | None:
 
 def read_stamp(path: Path) -> dict | None:
     """metadata.fp8lab_executed of an executed copy (None when absent or unreadable)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f).get("metadata", {}).get(META)
-    except (OSError, ValueError):
-        return None
+    return _stamp_of(_read_json(path))
+
+
+def _stamp_of(nb_json: dict | None) -> dict | None:
+    return (nb_json or {}).get("metadata", {}).get(META)
 
 
 def status(root: Path, executed: Path) -> list[tuple[str, str | None]]:
@@ -112,7 +112,8 @@ def status(root: Path, executed: Path) -> list[tuple[str, str | None]]:
         if not copy.exists():
             rows.append((rel, f"no executed copy ({_show(copy, root)} is missing)"))
             continue
-        st, ran, src = read_stamp(copy), _read_json(copy), _read_json(root / rel)
+        ran, src = _read_json(copy), _read_json(root / rel)
+        st = _stamp_of(ran)
         if not st or ran is None:
             rows.append((rel, f"{_show(copy, root)} has no metadata.{META} (not written by `execute`)"))
         elif src is None or code_digest(ran) != code_digest(src):
