@@ -10,6 +10,9 @@ simulator internals (BlockManager, BlockThread), so a numba-cuda upgrade is chec
    barrier and a yield in the manager's poll make barrier-heavy kernels 3-4x faster.
 Both barriers count threads that have exited, so a kernel whose threads return early still completes
 (as it does on a GPU), and both are aborted when a thread raises, so a failing kernel never hangs.
+3. Silence. Device arithmetic runs as NumPy scalars, which warn on overflow, Inf * 0 or 0 / 0 where a GPU
+   gives Inf or NaN silently; each simulated thread runs under np.errstate(ignore) (thread-local, so setting
+   it around a launch would not reach these threads).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 from numba.cuda.simulator import kernel as _simkernel
 
 WARP_SIZE = 32
@@ -160,7 +164,8 @@ _orig_manager_run = _simkernel.BlockManager.run
 
 def _thread_run(self):
     try:
-        _orig_thread_run(self)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # a GPU gives Inf/NaN silently
+            _orig_thread_run(self)
     finally:
         st = _state(self._manager)
         with _lock:

@@ -74,13 +74,11 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
             raise ValueError("pow2_scale=True needs a fine granularity ('row', 'tile', 'block', 'mx'), "
                              "got granularity 'tensor'")
         q = qk.TensorQuantizer(arr.shape, fmt=name)
-        with V.no_float_warnings(runtime.IS_SIM):
-            q(runtime.to_device(arr))
+        q(runtime.to_device(arr))
         if on_device:
             return QuantizedTensor(q.codes, q.scale, name, granularity)
         return _count_nonfinite(QuantizedTensor(q.codes.copy_to_host(), q.scale.copy_to_host(), name, granularity))
-    with V.no_float_warnings(runtime.IS_SIM):
-        return _quantize_fine(arr, on_device, name, granularity, block, bool(pow2_scale), mx_rule)
+    return _quantize_fine(arr, on_device, name, granularity, block, bool(pow2_scale), mx_rule)
 
 
 def _quantize_fine(arr, on_device, fmt, granularity, block, pow2_scale, mx_rule) -> QuantizedTensor:
@@ -140,15 +138,13 @@ def dequantize(q: QuantizedTensor):
     out = runtime.cuda.device_array(codes.shape, np.float32)
     if granularity == "tensor":
         scale = V.array("q.scale", q.scale, dtype=np.float32, shape=(1,))
-        with V.no_float_warnings(runtime.IS_SIM):
-            qk.dequantize(runtime.to_device(codes), runtime.to_device(scale), out, fmt)
+        qk.dequantize(runtime.to_device(codes), runtime.to_device(scale), out, fmt)
     else:
         codes = V.array("q.data", codes, dtype=np.uint8, ndim=2)
         scale = V.array("q.scale", q.scale, dtype=np.float32,
                         shape=spec.scale_shape(granularity, codes.shape, block))
         gm, gk = spec.group_shape(granularity, codes.shape, block)
-        with V.no_float_warnings(runtime.IS_SIM):
-            qf.dequantize(runtime.to_device(codes), runtime.to_device(scale), gm, gk, out, fmt=fmt)
+        qf.dequantize(runtime.to_device(codes), runtime.to_device(scale), gm, gk, out, fmt=fmt)
     return out if on_device else out.copy_to_host()
 
 
@@ -175,9 +171,8 @@ def requantize_tile_to_col(q: QuantizedTensor, pow2_scale: bool = False) -> Quan
     runtime.sim_check("fl.requantize_tile_to_col", (M, K))  # warns once if the simulator would take minutes
     codes_t = runtime.cuda.device_array((K, M), np.uint8)
     scale_t = runtime.cuda.device_array(spec.scale_shape("tile", (K, M), block), np.float32)
-    with V.no_float_warnings(runtime.IS_SIM):
-        qf.requantize_tile_to_col(runtime.to_device(codes), runtime.to_device(scale), codes_t, scale_t, fmt=fmt,
-                                  block=block, mode="pow2" if pow2_scale else "amax")
+    qf.requantize_tile_to_col(runtime.to_device(codes), runtime.to_device(scale), codes_t, scale_t, fmt=fmt,
+                              block=block, mode="pow2" if pow2_scale else "amax")
     if on_device:
         return QuantizedTensor(codes_t, scale_t, fmt, "tile", block)
     return QuantizedTensor(codes_t.copy_to_host(), scale_t.copy_to_host(), fmt, "tile", block)

@@ -441,9 +441,8 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
         if not V.is_device_array(y):
             raise TypeError(f"out must be a device array, got {V.describe(out)}")
     runtime.sim_check("fl.fp8_gemm", (M, N, K), (version, bits >= 0))  # warns once if the simulator takes minutes
-    with V.no_float_warnings(runtime.IS_SIM):  # the simulator warns on Inf * 0 where a GPU silently gives NaN
-        launch(runtime.to_device(da), runtime.to_device(dsa), runtime.to_device(db), runtime.to_device(dsb), y,
-               _KIND[qa.granularity], _KIND[qb.granularity], fa, fb, bits, promote, version)
+    launch(runtime.to_device(da), runtime.to_device(dsa), runtime.to_device(db), runtime.to_device(dsb), y,
+           _KIND[qa.granularity], _KIND[qb.granularity], fa, fb, bits, promote, version)
     on_device = V.is_device_array(qa.data)
     return y if (on_device or out is not None) else y.copy_to_host()
 
