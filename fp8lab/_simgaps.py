@@ -114,6 +114,11 @@ def lane_id() -> int:
     return threading.current_thread().thread_id % WARP_SIZE
 
 
+def thread_index() -> int:
+    """The calling simulated thread's linear index in its block (threadIdx.x for one-dimensional blocks)."""
+    return threading.current_thread().thread_id
+
+
 def _exchange(value) -> tuple[int, list, int]:
     """Deposit this lane's value and wait for the warp: (lane, every lane's value, live lanes). One barrier."""
     # Round r writes buffer r % 2. A lane writes that buffer again only in round r + 2, after every lane

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["H100_FP32_TFLOPS", "H100_BF16_TFLOPS", "H100_FP8_TFLOPS", "HBM_GBS", "SM90", "peak", "occupancy"]
+__all__ = ["H100_FP32_TFLOPS", "H100_BF16_TFLOPS", "H100_FP8_TFLOPS", "HBM_GBS", "SM90", "peak", "occupancy", "recorded"]
 
 H100_FP32_TFLOPS = 67.0
 """FP32 on CUDA cores, H100 SXM (the same on H800 and H200)."""
@@ -65,3 +65,18 @@ def occupancy(launch: dict, regs_per_thread: int | None = None) -> dict:
     return dict(threads=threads, smem=smem, regs=regs, regs_known=regs_per_thread is not None,
                 blocks_per_sm=blocks, limited_by=min(by, key=by.get), by=by,
                 occupancy=blocks * warps / (lim["threads"] // 32))
+
+
+def recorded(name: str) -> dict:
+    """Measurements recorded on a GPU for the course and shipped with it (fp8lab/data/<name>.json), so that a
+    learner without that GPU sees what it did: e.g. recorded("h200_tensor_cores"). Each file says its device,
+    date and how it was made."""
+    import json
+    from importlib import resources
+
+    path = resources.files("fp8lab") / "data" / f"{name}.json"
+    if not path.is_file():
+        names = sorted(p.name[:-5] for p in (resources.files("fp8lab") / "data").iterdir() if p.name.endswith(".json"))
+        raise ValueError(f"name must be one of {names}, got {name!r}")
+    return json.loads(path.read_text())
+

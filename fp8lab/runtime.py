@@ -97,6 +97,36 @@ def unused_array(dtype, ndim: int = 2):
     return _UNUSED[key]
 
 
+def numba_type(name: str):
+    """numba's scalar type `name` (e.g. "uint8"), as cuda.shared.array(0, ...) wants it on both backends."""
+    from numba.cuda import types
+
+    return getattr(types, name)
+
+
+_DYNAMIC_SHARED: dict = {}  # (compiled kernel, device) -> the dynamic shared memory it may use
+STATIC_SHARED_LIMIT = 48 * 1024  # bytes a kernel may use without opting in (CUDA C++ Programming Guide)
+
+
+def launch_with_shared(kernel, grid, block, nbytes: int, *args) -> None:
+    """kernel[grid, block, 0, nbytes](*args) with nbytes of dynamic shared memory (`cuda.shared.array(0, dtype)`).
+    Beyond 48 KiB a kernel must opt in (cuFuncSetAttribute, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    up to 227 KiB per block on sm_90); numba has no option for it, so this sets the attribute on the compiled
+    kernel (numba-cuda 0.30 loads kernels as CUkernel handles: cuKernelSetAttribute, as numba's own
+    set_shared_memory_carveout does) once per kernel and size."""
+    if not IS_SIM and nbytes > STATIC_SHARED_LIMIT:
+        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        cufunc = compiled._codelibrary.get_cufunc()
+        key = (id(compiled), cufunc.device.id)
+        if _DYNAMIC_SHARED.get(key, 0) < nbytes:
+            from numba.cuda.cudadrv.driver import binding, driver
+
+            attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
+            _DYNAMIC_SHARED[key] = nbytes
+    kernel[grid, block, 0, nbytes](*args)
+
+
 def grid_1d(n: int, threads: int = 256, max_blocks: int | None = None) -> tuple[int, int]:
     """(blocks, threads) covering n elements, one thread each; a grid-stride kernel passes a cap (MAX_BLOCKS)."""
     blocks = max(1, math.ceil(n / threads))
@@ -181,6 +211,9 @@ SIM_COST = {
         (1, False): (0.2, 3.7e-6, 0, 8, 8, 1),
         (2, False): (0.2, 1.2e-6, 1.0e-3, 8, 8, 128),
         (3, False): (0.2, 2.0e-6, 0, 128, 128, 8),
+        (4, False): (0.2, 1.2e-6, 0, 128, 128, 128),  # (5,9,300) 20 s, (70,130,264) 44 s
+        (5, False): (0.2, 3.3e-7, 0, 128, 128, 128),  # (5,9,300) 1.8 s, (70,130,264) 4.2 s
+        (6, False): (0.2, 3.3e-7, 0, 128, 128, 128),
         (1, True): (0.6, 1.7e-5, 0, 8, 8, 32),
         (2, True): (1.1, 1.3e-5, 0, 8, 8, 128),
     }),

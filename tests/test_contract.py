@@ -25,7 +25,7 @@ LAYERS = {
     3: ("timing", "bench", "kernels", "kernels.common"),
     4: tuple(f"kernels.{m}" for m in MODULES),
     5: ("quant", "overhead", "training", "check", "check._core", "check.ws1", "check.ws2", "check.ws3", "check.ws4",
-        "worksheets", "cli", "__init__"),
+        "check.ws5", "worksheets", "cli", "__init__"),
 }
 LAYER = {name: layer for layer, names in LAYERS.items() for name in names}
 

@@ -404,3 +404,79 @@ def test_mma_m16n8k32_hardware_many_fragments(rng):
             assert np.array_equal(got, ref), (trial, np.argwhere(got != ref)[:5])
         else:
             np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
+
+
+# ------------------------------------------------------------------------------- cp.async, ldmatrix, wgmma helpers
+
+_U8 = runtime.numba_type("uint8")
+_WAIT0 = ptx.cp_async_wait_group(0)
+
+
+@cuda.jit
+def _descriptor_kernel(addr, out, swz):
+    i = cuda.grid(1)
+    if i < addr.size:
+        out[i] = ptx.smem_descriptor(addr[i], 16, 1024, 1)
+        swz[i] = ptx.swizzle_128b(addr[i])
+
+
+def test_smem_descriptor_fields_round_trip():
+    desc = ptx.smem_descriptor_np(0x1A400, 16, 1024, 1)
+    f = ptx.smem_descriptor_fields(desc)
+    assert f == {"start_address": 0x1A400, "leading_byte_offset": 16, "stride_byte_offset": 1024, "base_offset": 0,
+                 "swizzle": "128-byte"}
+    assert ptx.smem_descriptor_np(0x1A400 + 32, 16, 1024, 1) == desc + 2  # a k-slice of 32 bytes: start + 2
+
+
+def test_device_descriptor_and_swizzle_equal_the_host_ones(rng):
+    addr = rng.integers(0, 227 * 1024, 300).astype(np.int64) & ~15
+    out = cuda.device_array(300, np.uint64)
+    swz = cuda.device_array(300, np.int64)
+    _descriptor_kernel[3, 128](cuda.to_device(addr), out, swz)
+    assert [int(x) for x in out.copy_to_host()] == [ptx.smem_descriptor_np(int(a), 16, 1024, 1) for a in addr]
+    assert np.array_equal(swz.copy_to_host(), ptx.swizzle_128b_np(addr))
+
+
+def test_swizzle_128b_permutes_each_atom_and_spreads_banks():
+    off = np.arange(4096)
+    sw = ptx.swizzle_128b_np(off)
+    assert sorted(sw.tolist()) == off.tolist()  # a permutation
+    assert ((sw // 1024) == (off // 1024)).all() and ((sw // 128) == (off // 128)).all()  # rows stay rows
+    for chunk in range(8):  # the same 16-byte chunk of 8 consecutive rows: 8 different bank groups
+        banks = {(int(ptx.swizzle_128b_np(r * 128 + chunk * 16)) // 4) % 32 // 4 for r in range(8)}
+        assert len(banks) == 8
+
+
+def test_wgmma_d_layout_covers_every_element_once():
+    for n in (8, 128):
+        lay = ptx.wgmma_d_layout(n).reshape(-1, 2)
+        assert len({tuple(x) for x in lay.tolist()}) == 64 * n
+        assert lay[:, 0].max() == 63 and lay[:, 1].max() == n - 1
+    lay = ptx.wgmma_d_layout(8)
+    assert lay[0].tolist() == [[0, 0], [0, 1], [8, 0], [8, 1]] and lay[37].tolist() == [[17, 2], [17, 3], [25, 2], [25, 3]]
+
+
+@cuda.jit
+def _ldmatrix_kernel(src, out):
+    smem = cuda.shared.array(0, _U8)
+    lane = cuda.threadIdx.x
+    ptx.cp_async_16(smem, lane * 16, src, lane, 0, 16)  # row `lane`: 16 bytes
+    ptx.cp_async_commit()
+    _WAIT0()
+    cuda.syncthreads()
+    r0, r1, r2, r3 = ptx.ldmatrix_x4(smem, lane * 16)  # lane l gives row l: matrix l // 8, row l % 8
+    out[lane, 0] = r0
+    out[lane, 1] = r1
+    out[lane, 2] = r2
+    out[lane, 3] = r3
+
+
+def test_cp_async_and_ldmatrix_match_the_ptx_isa(rng):
+    src = rng.integers(0, 256, (32, 16), dtype=np.uint8)
+    out = cuda.device_array((32, 4), np.uint32)
+    _ldmatrix_kernel[1, 32, 0, 512](cuda.to_device(src), out)
+    got = out.copy_to_host()
+    words = src.view(np.uint32)  # (32, 4): row r's four 4-byte words
+    for lane in range(32):
+        for q in range(4):  # register q: matrix q, row lane // 4, word lane % 4
+            assert got[lane, q] == words[8 * q + lane // 4, lane % 4]

@@ -16,7 +16,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from fp8lab import check, formats, worksheets
+from fp8lab import check, formats, ptx, worksheets
 from fp8lab.kernels.common import encode_e4m3_sat
 from fp8lab.runtime import FULL_MASK, cuda, shfl_down_sync, shfl_xor_sync
 
@@ -24,12 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
 NAMES = sorted(p.name for p in SOLUTIONS.glob("*.ipynb"))
-CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_kernel", "tile_quantize_kernel"}
+CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_kernel", "tile_quantize_kernel",
+          "mma_a_fragment", "cvt_e4m3x2_intrinsic"}
 LECTURES = {  # the lecture each worksheet links to (and back to)
     "ws1_fp8_encode_decode.ipynb": "01_from_pytorch_to_kernels",
     "ws2_rmsnorm_kernel.ipynb": "01_from_pytorch_to_kernels",
     "ws3_tiled_gemm.ipynb": "01_from_pytorch_to_kernels",
     "ws4_tile_quantize_kernel.ipynb": "03_scaling_and_quantization",
+    "ws5_inline_ptx.ipynb": "06_ptx_sass_and_tensor_cores",
 }
 
 
@@ -518,3 +520,73 @@ def test_build_refuses_when_a_solution_fails(tmp_path):
     with pytest.raises(worksheets.WorksheetError, match="wsx.ipynb: cell 1: AssertionError"):
         worksheets.build(sol, ex, log=lambda *a: None)
     assert not ex.exists()
+
+
+# ------------------------------------------------------------------------------------ ws5: inline PTX and twins
+
+
+def _a_fragment_rows_swapped(lane, i):
+    g, t = lane >> 2, lane & 3
+    r = i >> 2
+    return g + 8 * (r >> 1), 4 * t + (i & 3) + 16 * (r & 1)  # registers 1 and 2 exchanged
+
+
+def _cvt_twin(hi, lo):
+    def code(x):
+        return int(formats.encode(np.float32(x), saturate=True))
+
+    return (code(hi) << 8) | code(lo)
+
+
+def _cvt_twin_swapped(hi, lo):
+    return _cvt_twin(lo, hi)
+
+
+def _cvt_intrinsic(text, constraints):
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def cvt(typingctx, hi, lo):
+        sig = types.uint16(hi, lo)
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.IntType(16), [ir.FloatType(), ir.FloatType()])
+            return builder.call(ir.InlineAsm(fnty, text, constraints), list(args))
+
+        return sig, codegen
+
+    return intrinsic(cvt)
+
+
+def test_ws5_right_answers_pass(rng, capsys):
+    layout = ptx.mma_m16n8k32_layout()["a"]
+    check.mma_a_fragment(lambda lane, i: tuple(int(v) for v in layout[lane, i]))
+    check.cvt_e4m3x2_intrinsic(_cvt_intrinsic("cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;", "=h,f,f"), _cvt_twin, rng=rng)
+    assert capsys.readouterr().out.count("passed:") == 2
+
+
+@pytest.mark.parametrize("answer, says", [
+    ((_cvt_intrinsic("cvt.rn.satfinite.e4m3x2.f32 $0, $2, $1;", "=h,f,f"), _cvt_twin), "hi, then lo"),
+    ((_cvt_intrinsic("cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;", "=r,f,f"), _cvt_twin), "16-bit register"),
+    ((_cvt_intrinsic("cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;", "=h,f,f"), _cvt_twin_swapped), "upper byte"),
+], ids=["operands swapped", "wrong constraint", "twin swapped"])
+def test_ws5_wrong_answers_are_rejected(answer, says, rng):
+    from fp8lab import runtime
+
+    if not runtime.IS_SIM and says != "upper byte":
+        pytest.skip("on a GPU a wrong asm shows up as wrong results or a compile error, checked by the run")
+    with pytest.raises(check.CheckFailed) as info:
+        check.cvt_e4m3x2_intrinsic(*answer, rng=rng)
+    assert says in str(info.value) and "hint:" in str(info.value)
+
+
+def test_ws5_wrong_fragment_and_placeholder():
+    with pytest.raises(check.CheckFailed, match="lane 0, value 4"):
+        check.mma_a_fragment(_a_fragment_rows_swapped)
+
+    def a_fragment(lane, i):
+        raise NotImplementedError("your answer goes here")
+
+    with pytest.raises(check.NotAttempted):
+        check.mma_a_fragment(a_fragment)

@@ -6,6 +6,8 @@
     check.rmsnorm_forward_kernel(kernel)           # ws2: (y, g, z, rstd), one block of RMSNORM_THREADS per row
     check.tiled_gemm_kernel(kernel)                # ws3: (a, b, c), c = a @ b.T, GEMM_TILE x GEMM_TILE blocks
     check.tile_quantize_kernel(kernel)             # ws4: (x, codes, scale), E4M3 with one scale per 1x128 tile
+    check.mma_a_fragment(fn)                       # ws5: which A element each lane of an mma.sync holds
+    check.cvt_e4m3x2_intrinsic(intrinsic, twin)    # ws5: an inline-PTX @intrinsic and its simulator twin
 
 Every check draws fresh random inputs, adds the edge cases that catch the usual mistakes (ties, subnormals,
 NaN, overflow, shapes that are not multiples of the block or tile), fills kernel outputs with NaN before the
@@ -27,6 +29,7 @@ from .ws1 import decode_e4m3, encode_e4m3
 from .ws2 import RMSNORM_EPS, RMSNORM_THREADS, rmsnorm_forward_kernel
 from .ws3 import GEMM_TILE, tiled_gemm_kernel
 from .ws4 import AMAX_FLOOR, E4M3_MAX, QUANT_TILE, QUANT_WARPS, tile_quantize_kernel
+from .ws5 import cvt_e4m3x2_intrinsic, mma_a_fragment
 
 __all__ = [
     "CheckFailed",
@@ -44,4 +47,6 @@ __all__ = [
     "rmsnorm_forward_kernel",
     "tiled_gemm_kernel",
     "tile_quantize_kernel",
+    "mma_a_fragment",
+    "cvt_e4m3x2_intrinsic",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 MODULES = ("cast", "quantize", "quantize_fine", "elementwise", "rmsnorm", "loss", "optim", "gemm", "gemm_nt",
-           "fp8_gemm")
+           "fp8_gemm", "tc_accum")
 
 
 def load(name: str):

@@ -34,6 +34,21 @@ version 3: the register-tiled SGEMM core of gemm version 7 (kernels/common.py: 1
            float32 rounding per operand than `reference`, so version 3 is checked against float64 within the
            FP32 bound (`error_bound`), not bit for bit. FP32 accumulation only.
 
+version 4: the tensor cores through mma.sync.m16n8k32 (inline PTX, fp8lab.ptx): 128 x 128 block tiles, 8 warps of
+           64 x 32 outputs; codes copied global -> shared by cp.async, three stages of one K-group in flight, rows
+           padded to 144 bytes; fragments loaded by ldmatrix; after each K-group the tensor core's partial sums
+           are scaled and added to FP32 registers on the CUDA cores (DeepSeek-V3's promotion). On sm_90 ptxas
+           runs FP8 mma.sync as FP16 HMMA, which sums like FP32.
+version 5: wgmma.mma_async m64n128k32 for 2 warpgroups (128 x 128 tiles), operands read by the tensor core from
+           128-byte-swizzled shared memory through descriptors, four cp.async stages of one K-group each (128 KiB
+           of dynamic shared memory), wait and promote after each K-group. The H200's wgmma keeps 13 mantissa
+           bits inside a K-group (measured: kernels/tc_accum.py).
+version 6: version 5 overlapped: two sets of partial sums alternate, K-group k + 1 is issued before K-group k is
+           promoted (wgmma.wait_group 1), one barrier per K-group. Same arithmetic as version 5.
+
+Under the simulator versions 4-6 run their twins (fp8lab.ptx), which sum each K-group in FP32 in k order: they
+are then bit-exact with `reference`. On a GPU they are checked against float64 within `tensor_core_bound`.
+
 accum_bits / promote_every (kernel options, compiled in, versions 1 and 2): emulate the limited-precision tensor-core
 accumulator of fp8lab/accum.py instead of FP32: k in groups of 32, each group's products and the running
 accumulator aligned to the largest exponent, truncated to accum_bits mantissa bits, added exactly, the sum
@@ -65,7 +80,7 @@ import math
 import numpy as np
 
 from .. import _validate as V
-from .. import accum, bench, formats, runtime, spec, timing
+from .. import accum, bench, formats, ptx, runtime, spec, timing
 from ..runtime import cuda
 from ..spec import GROUP_K, QuantizedTensor
 from . import common as C
@@ -83,19 +98,43 @@ VERSIONS = {
     1: "one thread per output, K-groups of 128 from global memory",
     2: "TILE x TILE shared-memory tiles, BLOCK_K = 128 steps, scales per tile in shared memory",
     3: "SGEMM v7's 128 x 128 register-blocked core; codes dequantized per K-group while staged in shared memory",
+    4: "tensor cores, mma.sync m16n8k32: cp.async double buffering, ldmatrix fragments, promotion every 128",
+    5: "tensor cores, wgmma m64n128k32: 4-stage cp.async pipeline, swizzled tiles, descriptors, promotion every 128",
+    6: "version 5 overlapped: group k+1's wgmma issued before group k is promoted, one barrier per K-group",
 }
-BEST = 3
-"""The default for FP32 accumulation. The limited-accumulator emulation (accum_bits) exists in versions 1 and 2;
-there the default is 2."""
+BEST = 6
+"""The default without accum_bits: wgmma overlapped, the fastest (measured on the H200: BENCHMARKS.md). Inside each
+K-group of 128 its sums are the tensor core's (13 mantissa bits, truncated), across groups FP32: DeepSeek-V3's
+promotion.
+The limited-accumulator emulation (accum_bits) exists in versions 1 and 2; there the default is 2."""
 LIMITED_VERSIONS = (1, 2)
+TENSOR_CORE_VERSIONS = (4, 5, 6)
+"""Versions whose K-group partial sums come from the tensor cores: FP32 sums in k order under the simulator (the
+twins), the hardware's own accumulator on a GPU (see `tensor_core_bound`)."""
 # Version 3 runs the register-tiled SGEMM core (common.sgemm_fma_step, common.sgemm_store), so it has its
 # geometry: 128 x 128 block tiles, k-steps of 8, 8 x 8 outputs per thread, 256 threads, 16 across the columns.
 BM3, BN3, BK3, TM3, TN3 = C.TILE_M, C.TILE_N, C.TILE_K, C.THREAD_M, C.THREAD_N
 COLS3 = C.TILE_COLS
 THREADS3 = C.TILE_THREADS
 BUF_ROWS3 = C.TILE_BUF_ROWS  # two k-step buffers stacked in one shared array
+# Version 4 (mma.sync): 128 x 128 block tiles, 8 warps of 64 x 32, stages of one K-group (128 bytes of K),
+# STAGES4 in flight; each shared row padded to 144 bytes so that the 8 rows an ldmatrix reads fall in 8
+# different groups of 4 banks (144 bytes = 36 banks: row r starts at bank 4r mod 32).
+BM4, BN4, BK4, THREADS4, STAGES4 = 128, 128, GROUP_K, 256, 3
+ROW4 = BK4 + 16
+STAGE4 = (BM4 + BN4) * ROW4
+COPIES4 = BM4 * BK4 // 16 // THREADS4  # 16-byte copies per thread per operand and stage
+SMEM4 = STAGES4 * STAGE4 + 128  # + alignment slack
+# Version 5 (wgmma): 128 x 128 block tiles, 2 warpgroups of 64 x 128, stages of one K-group (128 bytes of K),
+# STAGES5 in flight, 128-byte-swizzled tiles aligned to 1024 bytes.
+BM5, BN5, BK5, THREADS5, STAGES5 = 128, 128, GROUP_K, 256, 4
+TILE5 = 128 * BK5
+STAGE5 = 2 * TILE5
+SMEM5 = STAGES5 * STAGE5 + 1024
+REGS5 = BN5 // 2  # float32 accumulators per thread of an m64n128 wgmma
 
 _F0 = np.float32(0.0)
+_U8 = runtime.numba_type("uint8")  # dynamic shared arrays take a numba type (the simulator reads its itemsize)
 # math.ldexp's exponent: numba-cuda types it int32 (__nv_ldexpf); Python's math.ldexp (the simulator) wants an int
 _EXP_INT = int if runtime.IS_SIM else np.int32
 
@@ -358,6 +397,365 @@ def make_kernel3(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str):
     return fp8_gemm_kernel3
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Versions 4 and 5: the tensor cores (mma.sync, wgmma), codes staged in shared memory by cp.async
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def _scale_at(s, kind, r, g):
+    """The scale of row r (clamped by the caller) in K-group g: per tensor, per 1 x 128 tile, per 128 x 128 block."""
+    if kind == 0:
+        return s[0, 0]
+    if kind == 1:
+        return s[r, g]
+    return s[r // GROUP_K, g]
+
+
+@cuda.jit(device=True)
+def _copy16(s, dst, x, r, k, rows, K, vec):
+    """Stage the 16 codes x[r, k:k+16] at s[dst:dst+16], zeros past the matrix: one cp.async when the rows are
+    16-byte aligned (vec), else byte loads and stores (then completed at once)."""
+    if vec != 0:
+        n = 0
+        if r < rows and k < K:
+            n = min(16, K - k)
+        ptx.cp_async_16(s, dst, x, min(r, rows - 1), k if n > 0 else 0, n)
+    else:
+        for q in range(16):
+            v = np.uint8(0)
+            if r < rows and k + q < K:
+                v = x[r, k + q]
+            s[dst + q] = v
+
+
+def make_kernel4(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool = True):
+    """Version 4 (mma.sync) for one pair of scale kinds and formats (compiled in). promote=False (per-tensor scales
+    only, for the accumulator experiment): the partial sums stay in the tensor core's accumulator for all of K."""
+    mma = ptx.mma_m16n8k32(fmt_a, fmt_b)
+    wait_copies = ptx.cp_async_wait_group(STAGES4 - 1)
+
+    @cuda.jit(device=True)
+    def load_stage(s, off, x, r0, k0, rows, K, vec, tid):
+        """x[r0 : r0 + 128, k0 : k0 + BK4] -> rows of ROW4 bytes at s[off:]: copies of 16 bytes, COPIES4 per thread."""
+        for h in range(COPIES4):
+            c = tid + THREADS4 * h
+            r = c // (BK4 // 16)
+            col = (c % (BK4 // 16)) * 16
+            _copy16(s, off + r * ROW4 + col, x, r0 + r, k0 + col, rows, K, vec)
+
+    @cuda.jit
+    def fp8_gemm_kernel4(a, sa, b, sb, c, vec):
+        """Block 256 threads = 8 warps, grid (ceil(N/128), ceil(M/128)); warp w computes the 64 x 32 outputs at
+        rows 64 (w % 2), columns 32 (w // 2) of the block's 128 x 128 tile as 4 x 4 mma.m16n8k32 tiles.
+
+        Per stage of BK4 = 128 bytes of K (one K-group): every thread issues cp.async copies of 16 bytes (a and b
+        slices), STAGES4 - 1 stages ahead; the warp loads its fragments with ldmatrix (4 for a, 2 for b per 32 of
+        K) and issues 16 mma.sync. After each stage the partial sums leave the tensor core's accumulator:
+        total += part * (sa * sb) on the CUDA cores, part = 0 (DeepSeek's promotion).
+        """
+        smem = cuda.shared.array(0, _U8)
+        part = cuda.local.array(64, np.float32)   # (i * 4 + j) * 4 + r: tile (i, j) of the warp, register r
+        total = cuda.local.array(64, np.float32)
+        afr = cuda.local.array(16, np.uint32)
+        bfr = cuda.local.array(8, np.uint32)
+        srow = cuda.local.array(8, np.float32)
+        scol = cuda.local.array(8, np.float32)
+        M, K = a.shape
+        N = b.shape[0]
+        tid = cuda.threadIdx.x
+        warp, lane = tid // 32, tid % 32
+        g, t4 = lane // 4, lane % 4
+        wm, wn = (warp % 2) * 64, (warp // 2) * 32
+        m0, n0 = cuda.blockIdx.y * BM4, cuda.blockIdx.x * BN4
+        base = ptx.shared_address(smem)
+        pad = (128 - base % 128) % 128
+        for o in range(64):
+            part[o] = _F0
+            total[o] = _F0
+        # ldmatrix: lane l gives row l % 8 of matrix l // 8. a: matrices (rows 0-7 | 8-15) x (bytes 0-15 | 16-31)
+        # are registers a0..a3 of an m16 x k32 fragment; b: two n8 tiles x (bytes 0-15 | 16-31).
+        q, r8 = lane // 8, lane % 8
+        a_lane = (wm + r8 + 8 * (q % 2)) * ROW4 + 16 * (q // 2)
+        b_lane = (BM4 + wn + r8 + 8 * (q // 2)) * ROW4 + 16 * (q % 2)
+        nk = (K + BK4 - 1) // BK4
+        for s0 in range(STAGES4 - 1):
+            if s0 < nk:
+                load_stage(smem, pad + s0 * STAGE4, a, m0, s0 * BK4, M, K, vec, tid)
+                load_stage(smem, pad + s0 * STAGE4 + BM4 * ROW4, b, n0, s0 * BK4, N, K, vec, tid)
+            ptx.cp_async_commit()  # one group per stage, empty or not: wait_group counts groups
+        for kt in range(nk):
+            nxt = kt + STAGES4 - 1
+            if nxt < nk:  # a later stage's copies, in flight during this stage's mma
+                so = pad + (nxt % STAGES4) * STAGE4
+                load_stage(smem, so, a, m0, nxt * BK4, M, K, vec, tid)
+                load_stage(smem, so + BM4 * ROW4, b, n0, nxt * BK4, N, K, vec, tid)
+            ptx.cp_async_commit()
+            wait_copies()  # this stage's group is complete; the later ones may still be in flight
+            cuda.syncthreads()  # every thread's copies of this stage are visible
+            st = pad + (kt % STAGES4) * STAGE4
+            for kk in range(BK4 // 32):
+                for i in range(4):
+                    x0, x1, x2, x3 = ptx.ldmatrix_x4(smem, st + a_lane + i * 16 * ROW4 + kk * 32)
+                    afr[4 * i] = x0
+                    afr[4 * i + 1] = x1
+                    afr[4 * i + 2] = x2
+                    afr[4 * i + 3] = x3
+                for jj in range(2):
+                    x0, x1, x2, x3 = ptx.ldmatrix_x4(smem, st + b_lane + jj * 16 * ROW4 + kk * 32)
+                    bfr[4 * jj] = x0
+                    bfr[4 * jj + 1] = x1
+                    bfr[4 * jj + 2] = x2
+                    bfr[4 * jj + 3] = x3
+                for i in range(4):
+                    for j in range(4):
+                        o = (i * 4 + j) * 4
+                        d0, d1, d2, d3 = mma(afr[4 * i], afr[4 * i + 1], afr[4 * i + 2], afr[4 * i + 3], bfr[2 * j],
+                                             bfr[2 * j + 1], part[o], part[o + 1], part[o + 2], part[o + 3])
+                        part[o] = d0
+                        part[o + 1] = d1
+                        part[o + 2] = d2
+                        part[o + 3] = d3
+            if promote and ((kt + 1) * BK4 % GROUP_K == 0 or kt == nk - 1):  # the end of a K-group: promote
+                grp = (kt * BK4) // GROUP_K
+                for i in range(4):
+                    for h in range(2):
+                        srow[2 * i + h] = _scale_at(sa, a_kind, min(m0 + wm + 16 * i + g + 8 * h, M - 1), grp)
+                for j in range(4):
+                    for e in range(2):
+                        scol[2 * j + e] = _scale_at(sb, b_kind, min(n0 + wn + 8 * j + 2 * t4 + e, N - 1), grp)
+                for i in range(4):
+                    for j in range(4):
+                        for r in range(4):
+                            o = (i * 4 + j) * 4 + r
+                            total[o] += part[o] * (srow[2 * i + r // 2] * scol[2 * j + r % 2])
+                            part[o] = _F0
+            cuda.syncthreads()  # everyone is done with this stage before it is refilled
+        if not promote:
+            s_all = sa[0, 0] * sb[0, 0]
+            for o in range(64):
+                total[o] = part[o] * s_all
+        for i in range(4):
+            for j in range(4):
+                for r in range(4):
+                    row = m0 + wm + 16 * i + g + 8 * (r // 2)
+                    col = n0 + wn + 8 * j + 2 * t4 + r % 2
+                    if row < M and col < N:
+                        c[row, col] = total[(i * 4 + j) * 4 + r]
+
+    return fp8_gemm_kernel4
+
+
+def make_kernel5(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool = True):
+    """Version 5 (wgmma) for one pair of scale kinds and formats (compiled in); promote as in make_kernel4."""
+    wgmma = ptx.wgmma_m64k32(BN5, fmt_a, fmt_b)
+    fence = ptx.wgmma_fence(REGS5)
+    wait_mma = ptx.wgmma_wait_group(0, REGS5)
+    wait_copies = ptx.cp_async_wait_group(STAGES5 - 1)
+
+    @cuda.jit(device=True)
+    def load_tile(s, off, x, r0, k0, rows, K, vec, tid):
+        """x[r0 : r0 + 128, k0 : k0 + 128] -> a 128-byte-swizzled tile at s[off:] (rows of 128 bytes, the 16-byte
+        chunk ch of row r stored at chunk ch ^ (r % 8)): 1024 copies of 16 bytes, 4 per thread."""
+        for h in range(4):
+            cidx = tid + THREADS5 * h
+            r = cidx // 8
+            ch = cidx % 8
+            _copy16(s, off + r * 128 + (ch ^ (r % 8)) * 16, x, r0 + r, k0 + ch * 16, rows, K, vec)
+
+    @cuda.jit
+    def fp8_gemm_kernel5(a, sa, b, sb, c, vec):
+        """Block 256 threads = 2 warpgroups, grid (ceil(N/128), ceil(M/128)); warpgroup w computes rows 64w..64w+63
+        of the block's 128 x 128 tile with wgmma m64n128k32 (64 float32 accumulators per thread).
+
+        STAGES5 stages of 128 x 128 codes of a and of b (one K-group) in dynamic shared memory, filled by cp.async
+        STAGES5 - 1 groups ahead. Per K-group: 4 asynchronous wgmma (k = 32 each) read a and b from shared memory
+        through descriptors, the first with scale-d = 0 (D = A B: no zeroing); commit, wait; then the CUDA cores
+        promote: total += part * (sa * sb)."""
+        smem = cuda.shared.array(0, _U8)
+        part = cuda.local.array(REGS5, np.float32)
+        total = cuda.local.array(REGS5, np.float32)
+        M, K = a.shape
+        N = b.shape[0]
+        tid = cuda.threadIdx.x
+        wg, t = tid // 128, tid % 128
+        g, t4 = (t % 32) // 4, t % 4
+        row0 = cuda.blockIdx.y * BM5 + 64 * wg + 16 * (t // 32) + g  # this thread's rows: row0, row0 + 8
+        m0, n0 = cuda.blockIdx.y * BM5, cuda.blockIdx.x * BN5
+        base = ptx.shared_address(smem)
+        pad = (1024 - base % 1024) % 1024  # the 128-byte swizzle repeats every 1024 bytes: align the tiles to it
+        for o in range(REGS5):
+            part[o] = _F0
+            total[o] = _F0
+        nk = (K + BK5 - 1) // BK5
+        for st in range(STAGES5 - 1):
+            if st < nk:
+                load_tile(smem, pad + st * STAGE5, a, m0, st * BK5, M, K, vec, tid)
+                load_tile(smem, pad + st * STAGE5 + TILE5, b, n0, st * BK5, N, K, vec, tid)
+            ptx.cp_async_commit()  # one group per stage, empty or not: wait_group counts groups
+        for kt in range(nk):
+            nxt = kt + STAGES5 - 1
+            if nxt < nk:
+                so = pad + (nxt % STAGES5) * STAGE5
+                load_tile(smem, so, a, m0, nxt * BK5, M, K, vec, tid)
+                load_tile(smem, so + TILE5, b, n0, nxt * BK5, N, K, vec, tid)
+            ptx.cp_async_commit()
+            wait_copies()             # this thread's copies of stage kt have landed
+            ptx.fence_proxy_async()   # ... and are visible to wgmma (which reads through the async proxy)
+            cuda.syncthreads()        # ... and so are every other thread's
+            so = pad + (kt % STAGES5) * STAGE5
+            # K-major 128-byte-swizzled tiles: 8-row atoms of 128-byte rows, 1024 bytes apart (stride offset);
+            # the leading offset is unused in this mode. A k-slice of 32 starts 32 bytes further.
+            desc_a = ptx.smem_descriptor(base + so + wg * 64 * 128, 16, 1024, 1)
+            desc_b = ptx.smem_descriptor(base + so + TILE5, 16, 1024, 1)
+            fence(part)
+            for kk in range(BK5 // 32):
+                # 2 = 32 bytes >> 4; scale-d 0 (D = A B) at the first k-slice of each group, or of K if not promote
+                wgmma(part, smem, desc_a + 2 * kk, desc_b + 2 * kk, kk if promote else kt * 4 + kk)
+            ptx.wgmma_commit_group()
+            wait_mma(part)
+            if not promote:
+                cuda.syncthreads()
+                continue
+            sr0 = _scale_at(sa, a_kind, min(row0, M - 1), kt)
+            sr1 = _scale_at(sa, a_kind, min(row0 + 8, M - 1), kt)
+            sbk = _scale_at(sb, b_kind, min(n0, N - 1), kt)  # per tensor or 128 x 128 block: one per tile
+            for j in range(BN5 // 8):
+                for i in range(4):
+                    o = 4 * j + i
+                    sc = sbk
+                    if b_kind == 1:
+                        sc = _scale_at(sb, b_kind, min(n0 + 8 * j + 2 * t4 + i % 2, N - 1), kt)
+                    total[o] += part[o] * ((sr0 if i < 2 else sr1) * sc)
+            cuda.syncthreads()  # the stage is free for the copies of iteration kt + 1
+        if not promote:
+            s_all = sa[0, 0] * sb[0, 0]
+            for o in range(REGS5):
+                total[o] = part[o] * s_all
+        for j in range(BN5 // 8):
+            for i in range(4):
+                row = row0 + 8 * (i // 2)
+                col = n0 + 8 * j + 2 * t4 + i % 2
+                if row < M and col < N:
+                    c[row, col] = total[4 * j + i]
+
+    return fp8_gemm_kernel5
+
+
+
+def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
+    """Version 6 (wgmma, overlapped) for one pair of scale kinds and formats and one load path (compiled in)."""
+    wgmma = ptx.wgmma_m64k32(BN5, fmt_a, fmt_b)
+    fence = ptx.wgmma_fence(REGS5)
+    wait_one, wait_all = ptx.wgmma_wait_group(1, REGS5), ptx.wgmma_wait_group(0, REGS5)
+    first_copies = ptx.cp_async_wait_group(STAGES5 - 2)  # stage 0 of the S - 1 committed in the prologue
+    next_copies = ptx.cp_async_wait_group(STAGES5 - 3)   # stage kt + 1, with kt + S - 2 groups committed
+
+    @cuda.jit(device=True)
+    def load_stage(s, so, a, b, m0, n0, k0, M, N, K, tid):
+        """Both 128 x 128 tiles of a K-group, swizzled; thread tid always copies chunk tid % 8 of rows
+        tid // 8 + 32 h (h = 0..3), so its shared offsets are the same in every stage."""
+        r = tid // 8
+        ch = tid % 8
+        dst = r * 128 + (ch ^ (r % 8)) * 16
+        k = k0 + ch * 16
+        for h in range(4):
+            _copy16(s, so + dst + h * 4096, a, m0 + r + 32 * h, k, M, K, vec)
+            _copy16(s, so + TILE5 + dst + h * 4096, b, n0 + r + 32 * h, k, N, K, vec)
+
+    @cuda.jit(device=True)
+    def issue(part, s, base, so, wg):
+        """The four wgmma of one K-group into `part` (scale-d 0 first: part = A B), committed as one group."""
+        desc_a = ptx.smem_descriptor(base + so + wg * 64 * 128, 16, 1024, 1)
+        desc_b = ptx.smem_descriptor(base + so + TILE5, 16, 1024, 1)
+        fence(part)
+        for kk in range(BK5 // 32):
+            wgmma(part, s, desc_a + 2 * kk, desc_b + 2 * kk, kk)
+        ptx.wgmma_commit_group()
+
+    @cuda.jit(device=True)
+    def promote(part, total, sa, sb, row0, n0, t4, M, N, g):
+        sr0 = _scale_at(sa, a_kind, min(row0, M - 1), g)
+        sr1 = _scale_at(sa, a_kind, min(row0 + 8, M - 1), g)
+        sbk = _scale_at(sb, b_kind, min(n0, N - 1), g)
+        for j in range(BN5 // 8):
+            for i in range(4):
+                o = 4 * j + i
+                sc = sbk
+                if b_kind == 1:
+                    sc = _scale_at(sb, b_kind, min(n0 + 8 * j + 2 * t4 + i % 2, N - 1), g)
+                total[o] += part[o] * ((sr0 if i < 2 else sr1) * sc)
+
+    @cuda.jit(device=True)
+    def step(kt, nk, cur, nxt, total, smem, base, pad, a, b, sa, sb, m0, n0, M, N, K, tid, wg, row0, t4):
+        """K-group kt is in flight into `cur` and group kt + 1 exists. Issue kt + 1 into `nxt` (and the copies of
+        group kt + S - 1), then wait for kt only and promote it while kt + 1 runs on the tensor cores."""
+        next_copies()
+        ptx.fence_proxy_async()
+        cuda.syncthreads()  # stage kt + 1 landed for all; every thread is done with group kt - 1's stage
+        ld = kt + STAGES5 - 1
+        if ld < nk:
+            load_stage(smem, pad + (ld % STAGES5) * STAGE5, a, b, m0, n0, ld * BK5, M, N, K, tid)
+        ptx.cp_async_commit()
+        issue(nxt, smem, base, pad + ((kt + 1) % STAGES5) * STAGE5, wg)
+        wait_one(cur)  # at most one group pending: group kt is complete
+        promote(cur, total, sa, sb, row0, n0, t4, M, N, kt)
+
+    @cuda.jit
+    def fp8_gemm_kernel6(a, sa, b, sb, c):
+        """Version 5's tiles and pipeline, rearranged so that the tensor cores never wait for the CUDA cores: two
+        sets of partial sums alternate (p0, p1), group kt + 1 is issued before group kt is promoted, and one
+        barrier per K-group does both jobs (copies visible, previous stage free)."""
+        smem = cuda.shared.array(0, _U8)
+        p0 = cuda.local.array(REGS5, np.float32)
+        p1 = cuda.local.array(REGS5, np.float32)
+        total = cuda.local.array(REGS5, np.float32)
+        M, K = a.shape
+        N = b.shape[0]
+        tid = cuda.threadIdx.x
+        wg, t = tid // 128, tid % 128
+        g, t4 = (t % 32) // 4, t % 4
+        row0 = cuda.blockIdx.y * BM5 + 64 * wg + 16 * (t // 32) + g
+        m0, n0 = cuda.blockIdx.y * BM5, cuda.blockIdx.x * BN5
+        base = ptx.shared_address(smem)
+        pad = (1024 - base % 1024) % 1024
+        for o in range(REGS5):
+            p0[o] = _F0
+            p1[o] = _F0
+            total[o] = _F0
+        nk = (K + BK5 - 1) // BK5
+        for s0 in range(STAGES5 - 1):
+            if s0 < nk:
+                load_stage(smem, pad + s0 * STAGE5, a, b, m0, n0, s0 * BK5, M, N, K, tid)
+            ptx.cp_async_commit()
+        first_copies()
+        ptx.fence_proxy_async()
+        cuda.syncthreads()
+        issue(p0, smem, base, pad, wg)
+        kt = 0
+        # two groups per trip, so that p0 and p1 are fixed registers, never indexed at run time; no branch
+        # touches them inside the loop (a merge would copy accumulators while a wgmma writes them)
+        while kt + 2 < nk:
+            step(kt, nk, p0, p1, total, smem, base, pad, a, b, sa, sb, m0, n0, M, N, K, tid, wg, row0, t4)
+            step(kt + 1, nk, p1, p0, total, smem, base, pad, a, b, sa, sb, m0, n0, M, N, K, tid, wg, row0, t4)
+            kt += 2
+        if kt + 1 < nk:  # the last two groups (kt in p0 is in flight)
+            step(kt, nk, p0, p1, total, smem, base, pad, a, b, sa, sb, m0, n0, M, N, K, tid, wg, row0, t4)
+            wait_all(p1)
+            promote(p1, total, sa, sb, row0, n0, t4, M, N, kt + 1)
+        else:  # the last group
+            wait_all(p0)
+            promote(p0, total, sa, sb, row0, n0, t4, M, N, kt)
+        for j in range(BN5 // 8):
+            for i in range(4):
+                row = row0 + 8 * (i // 2)
+                col = n0 + 8 * j + 2 * t4 + i % 2
+                if row < M and col < N:
+                    c[row, col] = total[4 * j + i]
+
+    return fp8_gemm_kernel6
+
+
 def kernels(a_kind: int, b_kind: int, bits: int, promote: int) -> dict:
     """Versions 1 and 2 compiled for these scale kinds and accumulator options."""
     key = (a_kind, b_kind, bits, promote)
@@ -418,7 +816,8 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
     accum_bits: None = FP32 accumulation; 1..23 = emulate a tensor-core accumulator with that many mantissa
     bits (13 = Hopper's FP22, see fp8lab.accum). promote_every: multiple of 32; None = 128 with tile/block
     scales, no promotion with per-tensor scales. out: optional float32 (M, N) device array.
-    version: 1, 2 or 3 (None: 3 for FP32 accumulation, 2 with accum_bits; 3 has FP32 accumulation only).
+    version: 1..6 (None: 6 without accum_bits, 2 with; only 1 and 2 emulate accum_bits). On a GPU versions 4
+    (mma.sync), 5 and 6 (wgmma) run on the tensor cores; under the simulator their twins sum in FP32 in k order.
     Returns a NumPy array for NumPy inputs, else the device array. A NaN scale (a group that held NaN/Inf,
     see fp8lab.quantize) or a NaN code makes the outputs that use it NaN; nothing is checked for finiteness.
     """
@@ -447,11 +846,31 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
     return y if (on_device or out is not None) else y.copy_to_host()
 
 
-def launch(a, sa, b, sb, out, a_kind, b_kind, fmt_a="e4m3", fmt_b="e4m3", bits=-1, promote=0, version=BEST):
-    """Launch on device arrays (no checks): a_kind/b_kind 0 tensor, 1 tile, 2 block; bits -1 = FP32."""
+def launch(a, sa, b, sb, out, a_kind, b_kind, fmt_a="e4m3", fmt_b="e4m3", bits=-1, promote=0, version=BEST,
+           tc_promote=True):
+    """Launch on device arrays (no checks): a_kind/b_kind 0 tensor, 1 tile, 2 block; bits -1 = FP32.
+    tc_promote=False (versions 4 and 5, per-tensor scales): no promotion, the hardware accumulator spans all of K."""
     M, N = out.shape
     sa2 = sa.reshape(1, 1) if a_kind == 0 else sa  # per-tensor scales as (1, 1): one indexing scheme
     sb2 = sb.reshape(1, 1) if b_kind == 0 else sb
+    if version == 6:
+        if not tc_promote:
+            raise ValueError("tc_promote=False is implemented by versions 4 and 5, got version 6")
+        vec = vec_ok(a, 16) & vec_ok(b, 16)
+        kernel = runtime.cached(("fp8_gemm.v6", a_kind, b_kind, fmt_a, fmt_b, vec),
+                                lambda: make_kernel6(a_kind, b_kind, fmt_a, fmt_b, vec))
+        grid = ((N + BN5 - 1) // BN5, (M + BM5 - 1) // BM5)
+        runtime.launch_with_shared(kernel, grid, THREADS5, SMEM5, a, sa2, b, sb2, out)
+        return
+    if version in TENSOR_CORE_VERSIONS:
+        make, smem, threads = (make_kernel4, SMEM4, THREADS4) if version == 4 else (make_kernel5, SMEM5, THREADS5)
+        if not tc_promote and (a_kind, b_kind) != (0, 0):
+            raise ValueError("tc_promote=False needs per-tensor scales on both operands (one scale for all of K)")
+        kernel = runtime.cached((f"fp8_gemm.v{version}", a_kind, b_kind, fmt_a, fmt_b, tc_promote),
+                                lambda: make(a_kind, b_kind, fmt_a, fmt_b, tc_promote))
+        grid = ((N + BN4 - 1) // BN4, (M + BM4 - 1) // BM4)
+        runtime.launch_with_shared(kernel, grid, threads, smem, a, sa2, b, sb2, out, vec_ok(a, 16) & vec_ok(b, 16))
+        return
     if version == 3:
         kernel = runtime.cached(("fp8_gemm.v3", a_kind, b_kind, fmt_a, fmt_b),
                                 lambda: make_kernel3(a_kind, b_kind, fmt_a, fmt_b))
@@ -548,6 +967,15 @@ def error_bound(qa, qb) -> np.ndarray:
     return (K + 2) * 2.0**-23 * abs_product(qa, qb) + 1e-30
 
 
+def tensor_core_bound(qa, qb) -> np.ndarray:
+    """|y - reference64| allowed for versions 4 and 5 on a GPU: the FP32 bound plus 2^-9 * abs_product for the
+    tensor core's own accumulator inside each K-group. wgmma keeps 13 mantissa bits and truncates (measured on
+    the H200 with fp8lab.kernels.tc_accum; DeepSeek-V3 reports about 14 bits): each of the 4 instructions of a
+    K-group loses less than 2^-12 of its largest term per term, and random signs average most of it out; a
+    wrong fragment or descriptor is off by whole products (order 1 of abs_product)."""
+    return error_bound(qa, qb) + 2.0**-9 * abs_product(qa, qb)
+
+
 def fma_tolerance(qa, qb) -> np.ndarray:
     """|y - reference| allowed on a GPU, where `acc + partial * s` may be one FMA: one float32 rounding of a
     value bounded by abs_product per K-group (plus two for slack). 0 under the simulator."""
@@ -596,17 +1024,23 @@ def _check_all(rng, M, N, K) -> list:
             label = f"v{v} {m}x{n}x{K} accum_bits={accum_bits} promote_every={promote}"
             if np.isnan(got).any():
                 raise AssertionError(f"{label}: NaN in the output (an element was not written)")
+            tc_hw = v in TENSOR_CORE_VERSIONS and not runtime.IS_SIM
             if accum_bits is None:
                 err = np.abs(got.astype(np.float64) - ref64)
-                if not (err <= error_bound(qa, qb)).all():
-                    raise AssertionError(f"{label}: error {err.max():.3g} above the FP32 bound")
-            in_order = v in LIMITED_VERSIONS  # version 3 scales the operands, not the partial sums: other roundings
+                bound = tensor_core_bound(qa, qb) if tc_hw else error_bound(qa, qb)
+                if not (err <= bound).all():
+                    raise AssertionError(f"{label}: error {err.max():.3g} above the "
+                                         f"{'tensor-core' if tc_hw else 'FP32'} bound")
+            # versions 1, 2 (and the twins of 4, 5) add in the reference's order; version 3 scales the operands
+            in_order = v in LIMITED_VERSIONS or (v in TENSOR_CORE_VERSIONS and runtime.IS_SIM)
             if ref is not None and in_order:
                 # simulator: bit-exact; GPU: `acc + partial * s` may be one FMA: ~1 rounding per K-group
                 err = np.abs(got.astype(np.float64) - ref)
                 if not (err <= fma_tolerance(qa, qb)).all():
                     raise AssertionError(f"{label}: differs from reference by up to {err.max():.3g}")
-            if not in_order:
+            if tc_hw:
+                how = "ok (tensor-core bound)"
+            elif not in_order:
                 how = "ok (FP32 bound)"
             else:
                 how = "bit-exact" if runtime.IS_SIM else ("ok (FP32 bound)" if ref is None else "ok (FMA tolerance)")
@@ -669,7 +1103,7 @@ def timings(rng, args) -> list:
         rows = [bench.Row(f"v{v}: {VERSIONS[v]}",
                           timing.time_ms(lambda v=v: fp8_gemm(qa, qb, out=out, version=v), warmup=0 if big else 1,
                                          repeat=1 if big else 3), flops)
-                for v in ([BEST] if big else VERSIONS)]
+                for v in ([4, 5, 6] if big else VERSIONS)]
         ceiling = None
         if torch is not None:  # the tensor-core reference: cuBLAS FP8 with per-tensor scales
             ta = torch.from_numpy(qa.data.copy_to_host()).cuda().view(torch.float8_e4m3fn)
@@ -677,6 +1111,12 @@ def timings(rng, args) -> list:
             one = torch.ones((), device="cuda")
             ms = timing.torch_time_ms(torch, lambda: torch._scaled_mm(ta, tb.t(), one, one, out_dtype=torch.float32))
             rows.append(bench.Row("torch._scaled_mm, tensorwise (cuBLAS, FP8 tensor cores)", ms, flops))
+            sa = torch.from_numpy(qa.scale.copy_to_host()).cuda()
+            sb = torch.from_numpy(qb.scale.copy_to_host()).cuda()
+            if K % GROUP_K == 0 and N % GROUP_K == 0:  # cuBLAS's blockwise layout: scale_a column-major, scale_b.T
+                ms = timing.torch_time_ms(torch, lambda: torch._scaled_mm(ta, tb.t(), sa.t().contiguous().t(), sb.t(),
+                                                                          out_dtype=torch.bfloat16))
+                rows.append(bench.Row("torch._scaled_mm, blockwise 1x128 / 128x128, bfloat16 out (cuBLAS)", ms, flops))
             ceiling = bench.rate(flops, ms, "TFLOP/s")
         tables.append(bench.Table(f"FP8 GEMM {M}x{N}x{K}, A 1x128 tiles, B 128x128 blocks, float32 out", "TFLOP/s",
                                   rows, ceiling=ceiling, ceiling_label="cuBLAS FP8", peak_kind="fp8"))

@@ -4,6 +4,11 @@
     ptx.cvt_e4m3x2_satfinite(hi, lo)   # in a kernel: one cvt.rn.satfinite.e4m3x2.f32 on a GPU, a twin elsewhere
     ptx.ptx_of(kernel, "void(float32[::1], uint8[::1])")   # the PTX a kernel compiles to
 
+The tensor-core path: `mma_m16n8k32` (mma.sync, one warp, fragments in registers, `ldmatrix_x4` to load them),
+`cp_async_16` / `cp_async_commit` / `cp_async_wait_group` (global -> shared copies in flight), `wgmma_m64k32`
+(one warpgroup, operands in shared memory through `smem_descriptor`, `swizzle_128b` layout), `wgmma_fence`,
+`wgmma_commit_group`, `wgmma_wait_group`, `fence_proxy_async`.
+
 See intrinsics.py for the table of intrinsics, their PTX and their twins.
 """
 
@@ -35,6 +40,29 @@ from .intrinsics import (
     pack_mma_m16n8k32,
     shared_v4_intrinsics,
     st_shared_v4_f32,
+    SWIZZLE_MODES,
+    async_copy_intrinsics,
+    barrier_intrinsic,
+    cp_async_16,
+    cp_async_commit,
+    cp_async_wait_group,
+    fence_proxy_async,
+    ldmatrix_x4,
+    mma_instruction,
+    mma_m16n8k32,
+    shared_address,
+    smem_descriptor,
+    smem_descriptor_fields,
+    smem_descriptor_np,
+    swizzle_128b,
+    swizzle_128b_np,
+    wgmma_commit_group,
+    wgmma_d_layout,
+    wgmma_fence,
+    wgmma_intrinsic,
+    wgmma_m64k32,
+    wgmma_sync_intrinsic,
+    wgmma_wait_group,
 )
 
 __all__ = [
@@ -44,4 +72,27 @@ __all__ = [
     "decode_e5m2x2", "globaltimer_ns", "ld_global_v4_f32", "ld_shared_v4_f32", "st_shared_v4_f32", "ptx_of",
     "ptx_status", "find_instructions", "PTXUnavailableWarning", "MMA_M16N8K32_E4M3", "mma_intrinsic",
     "mma_m16n8k32_e4m3", "mma_m16n8k32_layout", "mma_m16n8k32_reference", "pack_mma_m16n8k32",
+    "async_copy_intrinsics",
+    "barrier_intrinsic",
+    "cp_async_16",
+    "cp_async_commit",
+    "cp_async_wait_group",
+    "fence_proxy_async",
+    "ldmatrix_x4",
+    "mma_instruction",
+    "mma_m16n8k32",
+    "shared_address",
+    "smem_descriptor",
+    "smem_descriptor_fields",
+    "smem_descriptor_np",
+    "swizzle_128b",
+    "swizzle_128b_np",
+    "wgmma_commit_group",
+    "wgmma_d_layout",
+    "wgmma_fence",
+    "wgmma_intrinsic",
+    "wgmma_m64k32",
+    "wgmma_sync_intrinsic",
+    "wgmma_wait_group",
+    "SWIZZLE_MODES",
 ]

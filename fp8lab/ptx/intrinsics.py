@@ -14,6 +14,14 @@ hardware == twin bit for bit.
 | `ld_global_v4_f32(x, i, j)` | `ld.global.v4.f32` (16-byte aligned) | four scalar loads |
 | `ld_shared_v4_f32(s, i, j)`, `st_shared_v4_f32(s, i, j, ...)` | `ld/st.shared.v4.f32` (addrspacecast) | four scalar accesses |
 | `mma_m16n8k32_e4m3(a0..a3, b0, b1, c0..c3)` | `mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32` (one warp) | the warp's fragments gathered, FP32 sums in k order |
+| `mma_m16n8k32(fa, fb)` | the same for any pair of E4M3/E5M2 operands | the same |
+| `shared_address(s)` | the 32-bit shared-window address of s[0] (addrspacecast + ptrtoint) | 0 (offsets are from s[0]) |
+| `cp_async_16(s, off, x, i, j, nbytes)` | `cp.async.cg.shared.global [s+off], [&x[i,j]], 16, nbytes;` (zero-fills past nbytes) | a byte copy, done at once |
+| `cp_async_commit()`, `cp_async_wait_group(n)` | `cp.async.commit_group;`, `cp.async.wait_group n;` | nothing (copies are done) |
+| `ldmatrix_x4(s, off)` | `ldmatrix.sync.aligned.m8n8.x4.shared.b16` (one warp; lane l gives row l % 8 of matrix l // 8) | the warp's row offsets gathered |
+| `fence_proxy_async()` | `fence.proxy.async.shared::cta;` (generic-proxy stores become visible to wgmma) | nothing |
+| `wgmma_fence(acc)`, `wgmma_commit_group()`, `wgmma_wait_group(n, regs)(acc)` | `wgmma.fence/commit_group/wait_group.sync.aligned` (acc tied: no access moves across) | nothing |
+| `wgmma_m64k32(n, fa, fb)(acc, s, desc_a, desc_b, scale_d)` | `wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{fa}.{fb}` (one warpgroup, operands in shared memory) | the descriptors decoded, this thread's outputs summed in k order |
 
 Operand order of cvt (PTX ISA, "cvt", data movement and conversion instructions): in
 `cvt.rn.satfinite.e4m3x2.f32 d, a, b;` "the value converted from input a is stored in the upper 8 bits of d and
@@ -49,6 +57,7 @@ with no inline assembly.
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -253,6 +262,11 @@ def shared_v4_intrinsics():
 
 
 
+def mma_instruction(fa: str = "e4m3", fb: str = "e4m3") -> str:
+    """The PTX of one FP8 mma.sync m16n8k32 with float32 C and D: A in format fa, B in fb."""
+    return f"mma.sync.aligned.m16n8k32.row.col.f32.{fa}.{fb}.f32"
+
+
 def mma_intrinsic(instruction: str = MMA_M16N8K32_E4M3):
     """An @intrinsic `mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)` (GPU only): one warp-wide
     `mma.sync` of shape m16n8k32, FP8 operands packed four to a 32-bit register, float32 C and D. Every lane of
@@ -285,6 +299,202 @@ def mma_intrinsic(instruction: str = MMA_M16N8K32_E4M3):
 
     mma.__name__ = mma.__qualname__ = "mma_" + instruction.replace(".", "_")
     return intrinsic(mma)
+
+
+def _asm(builder, ret, argtys, text, constraints, args):
+    """Emit one volatile inline-asm statement (side effects: never moved, merged or dropped)."""
+    from llvmlite import ir
+
+    return builder.call(ir.InlineAsm(ir.FunctionType(ret, argtys), text, constraints, side_effect=True), args)
+
+
+def _byte_pointer(context, builder, aryty, ary, off, offty):
+    """Generic i8* to byte `off` of array `ary`'s data."""
+    from llvmlite import ir
+    from numba.cuda import types
+
+    a = context.make_array(aryty)(context, builder, value=ary)
+    p = builder.bitcast(a.data, ir.IntType(8).as_pointer())
+    return builder.gep(p, [context.cast(builder, off, offty, types.intp)])
+
+
+def _shared32(builder, p):
+    """The 32-bit shared-window address of a generic pointer into shared memory (what .shared operands take)."""
+    from llvmlite import ir
+
+    return builder.ptrtoint(builder.addrspacecast(p, ir.IntType(8).as_pointer(3)), ir.IntType(32))
+
+
+def async_copy_intrinsics():
+    """@intrinsics `shared_address(s)`, `cp_async_16(s, off, x, i, j, nbytes)`, `cp_async_commit()` and
+    `ldmatrix_x4(s, off)` (GPU only). s: a 1-D shared array, addressed in bytes from s[0]; x: a 2-D global array.
+
+    cp.async (PTX ISA, "cp.async", sm_80+) copies 16 bytes from global to shared memory without passing through
+    registers; `.cg` caches in L2 only. The fourth operand (src-size) copies only nbytes (0..16) and fills the
+    rest of the 16 bytes with zeros: ragged edges need no branch. Both addresses must be 16-byte aligned.
+    Copies complete in the order of `cp.async.commit_group`; `cp.async.wait_group n` waits until at most n
+    groups are pending (cp_async_wait_group).
+
+    ldmatrix (sm_75+): each of the warp's 32 lanes gives the shared address of one 16-byte row (lanes 8q..8q+7 the
+    rows of matrix q); lane l receives, from each matrix q, register q = the 4 bytes at row l // 4, bytes
+    4 (l % 4)..+3: exactly an mma.m16n8k32 A fragment (four 8 x 16-byte matrices) or two B fragments.
+    """
+    from llvmlite import ir
+    from numba.cuda import cgutils, types
+    from numba.cuda.extending import intrinsic
+
+    i32 = ir.IntType(32)
+
+    def shared_address(typingctx, s):
+        if not isinstance(s, types.Array):
+            return None
+        sig = types.uint32(s)
+
+        def codegen(context, builder, sig, args):
+            return _shared32(builder, _byte_pointer(context, builder, sig.args[0], args[0], ir.Constant(i32, 0),
+                                                    types.int32))
+
+        return sig, codegen
+
+    def cp_async_16(typingctx, s, off, x, i, j, nbytes):
+        if not (isinstance(s, types.Array) and isinstance(x, types.Array) and x.ndim == 2
+                and all(isinstance(t, types.Integer) for t in (off, i, j, nbytes))):
+            return None
+        sig = types.void(s, off, x, i, j, nbytes)
+
+        def codegen(context, builder, sig, args):
+            dst = _shared32(builder, _byte_pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1]))
+            xty = sig.args[2]
+            ary = context.make_array(xty)(context, builder, value=args[2])
+            inds = [context.cast(builder, args[k], sig.args[k], types.intp) for k in (3, 4)]
+            src = cgutils.get_item_pointer(context, builder, xty, ary, inds)
+            n = context.cast(builder, args[5], sig.args[5], types.uint32)
+            _asm(builder, ir.VoidType(), [i32, src.type, i32], "cp.async.cg.shared.global [$0], [$1], 16, $2;",
+                 "r,l,r,~{memory}", [dst, src, n])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    def cp_async_commit(typingctx):
+        sig = types.void()
+
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}", [])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    def ldmatrix_x4(typingctx, s, off):
+        if not (isinstance(s, types.Array) and isinstance(off, types.Integer)):
+            return None
+        sig = types.UniTuple(types.uint32, 4)(s, off)
+
+        def codegen(context, builder, sig, args):
+            addr = _shared32(builder, _byte_pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1]))
+            res = _asm(builder, ir.LiteralStructType([i32] * 4), [i32],
+                       "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r,~{memory}",
+                       [addr])
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, k) for k in range(4)])
+
+        return sig, codegen
+
+    return (intrinsic(shared_address), intrinsic(cp_async_16), intrinsic(cp_async_commit), intrinsic(ldmatrix_x4))
+
+
+def barrier_intrinsic(text: str, name: str):
+    """An @intrinsic `name()` running one operand-free PTX statement with a memory clobber (GPU only)."""
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def barrier(typingctx):
+        sig = types.void()
+
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [], text, "~{memory}", [])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    barrier.__name__ = barrier.__qualname__ = name
+    return intrinsic(barrier)
+
+
+def _acc_asm(context, builder, aryty, ary, regs, text, extra_tys=(), extra=(), extra_constraints=""):
+    """Load acc[0..regs), run `text` with them as "+f" operands ($0..$regs-1; extra operands follow the tied
+    copies, from $2*regs), store the results back. The local array lives in registers after optimisation."""
+    from llvmlite import ir
+    from numba.cuda import cgutils, types
+
+    f32 = ir.FloatType()
+    a = context.make_array(aryty)(context, builder, value=ary)
+    ptrs = [cgutils.get_item_pointer(context, builder, aryty, a, [context.get_constant(types.intp, k)])
+            for k in range(regs)]
+    vals = [builder.load(p) for p in ptrs]
+    cons = ",".join(["=f"] * regs + [str(k) for k in range(regs)]) + extra_constraints + ",~{memory}"
+    res = _asm(builder, ir.LiteralStructType([f32] * regs), [f32] * regs + list(extra_tys), text, cons,
+               vals + list(extra))
+    for k, p in enumerate(ptrs):
+        builder.store(builder.extract_value(res, k), p)
+
+
+def wgmma_sync_intrinsic(text: str, regs: int, name: str):
+    """An @intrinsic `name(acc)`: `text` (wgmma.fence / wgmma.wait_group) with the float32 local array acc[0..regs)
+    tied through it, so the compiler moves no read or write of the accumulators across it (CUTLASS's
+    warpgroup_fence_operand does the same with an empty asm)."""
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def sync(typingctx, acc):
+        if not (isinstance(acc, types.Array) and acc.dtype == types.float32 and acc.ndim == 1):
+            return None
+        sig = types.void(acc)
+
+        def codegen(context, builder, sig, args):
+            _acc_asm(context, builder, sig.args[0], args[0], regs, text)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    sync.__name__ = sync.__qualname__ = name
+    return intrinsic(sync)
+
+
+def wgmma_intrinsic(n: int, fa: str = "e4m3", fb: str = "e4m3"):
+    """An @intrinsic `wgmma(acc, s, desc_a, desc_b, scale_d)` (GPU only, sm_90a): one warpgroup (128 threads)
+    issues `wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{fa}.{fb}`: D (64 x n, f32) = A (64 x 32) @ B (32 x n)
+    + (D if scale_d else 0), A and B read from shared memory through 64-bit matrix descriptors (both K-major:
+    FP8 wgmma takes no transposed operand). acc: a float32 local array of n / 2 values, this thread's part of D
+    (see wgmma_d_layout), read and written in place. The instruction is asynchronous: the results may be read
+    only after wgmma_commit_group and wgmma_wait_group. s is not used on the GPU (the descriptors hold the
+    addresses); the twin reads the operands from it."""
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    regs = n // 2
+    ops = ", ".join(f"${k}" for k in range(regs))
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${2 * regs + 2}, 0; wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{fa}.{fb} "
+            f"{{{ops}}}, ${2 * regs}, ${2 * regs + 1}, p, 1, 1; }}")
+
+    def wgmma(typingctx, acc, s, desc_a, desc_b, scale_d):
+        if not (isinstance(acc, types.Array) and acc.dtype == types.float32 and isinstance(s, types.Array)
+                and all(isinstance(t, types.Integer) for t in (desc_a, desc_b, scale_d))):
+            return None
+        sig = types.void(acc, s, desc_a, desc_b, scale_d)
+
+        def codegen(context, builder, sig, args):
+            i64, i32 = ir.IntType(64), ir.IntType(32)
+            da = context.cast(builder, args[2], sig.args[2], types.uint64)
+            db = context.cast(builder, args[3], sig.args[3], types.uint64)
+            sd = context.cast(builder, args[4], sig.args[4], types.int32)
+            _acc_asm(context, builder, sig.args[0], args[0], regs, text, (i64, i64, i32), (da, db, sd), ",l,l,r")
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    wgmma.__name__ = wgmma.__qualname__ = f"wgmma_m64n{n}k32_{fa}_{fb}"
+    return intrinsic(wgmma)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -334,6 +544,57 @@ def mma_m16n8k32_reference(a_codes, b_codes, c, fmt: str = "e4m3") -> np.ndarray
     return d
 
 
+def wgmma_d_layout(n: int) -> np.ndarray:
+    """(128, n // 2, 2): the (row, col) of D (64 x n) held in accumulator register r of thread t of a warpgroup
+    (PTX ISA, "Register fragments", wgmma .m64nNk32 D): warp w = t // 32 owns rows 16w..16w+15 and, per 8
+    columns j, lays them out as mma.m16n8's D: register 4j + i at row 16w + g + 8 (i >> 1), column
+    8j + 2 (t % 4) + (i & 1), with g = (t % 32) // 4."""
+    t = np.arange(128)[:, None]
+    r = np.arange(n // 2)[None, :]
+    j, i = r >> 2, r & 3
+    row = 16 * (t >> 5) + ((t & 31) >> 2) + 8 * (i >> 1)
+    col = 8 * j + 2 * (t & 3) + (i & 1)
+    return np.stack(np.broadcast_arrays(row, col), axis=-1)
+
+
+SWIZZLE_MODES = {0: "none (interleave)", 1: "128-byte", 2: "64-byte", 3: "32-byte"}
+
+
+def smem_descriptor_fields(desc: int) -> dict:
+    """The fields of a wgmma shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address,
+    leading and stride byte offsets (each stored >> 4 in 14 bits), base offset, swizzle mode."""
+    desc = int(desc)
+    return {"start_address": (desc & 0x3FFF) << 4, "leading_byte_offset": ((desc >> 16) & 0x3FFF) << 4,
+            "stride_byte_offset": ((desc >> 32) & 0x3FFF) << 4, "base_offset": (desc >> 49) & 7,
+            "swizzle": SWIZZLE_MODES[(desc >> 62) & 3]}
+
+
+def smem_descriptor_np(address: int, leading_bytes: int, stride_bytes: int, swizzle: int) -> int:
+    """Host twin of smem_descriptor (a device function): the same 64-bit wgmma descriptor as a Python int."""
+    return (((address & 0x3FFFF) >> 4) | (((leading_bytes & 0x3FFFF) >> 4) << 16)
+            | (((stride_bytes & 0x3FFFF) >> 4) << 32) | (int(swizzle) << 62))
+
+
+def swizzle_128b_np(offset):
+    """NumPy twin of swizzle_128b: byte offset -> where the 128-byte swizzle stores it."""
+    offset = np.asarray(offset, np.int64)
+    return offset ^ (((offset >> 7) & 7) << 4)
+
+
+def _operand_rows(b8, desc, rows):
+    """Codes (len(rows), 32) of a K-major, 128-byte-swizzled operand slice that `desc` describes (32 bytes of K
+    from its start address): what wgmma reads for those rows of A (or of B, rows = columns n)."""
+    desc = int(desc)
+    start = (desc & 0x3FFF) << 4
+    sbo = ((desc >> 32) & 0x3FFF) << 4
+    if (desc >> 62) & 3 != 1 or (desc >> 49) & 7:
+        raise ValueError(f"the wgmma twin models K-major operands with the 128-byte swizzle and base offset 0 only, "
+                         f"got descriptor {smem_descriptor_fields(desc)}")
+    rows = np.asarray(rows, np.int64)[:, None]
+    lin = start + (rows // 8) * sbo + (rows % 8) * 128 + np.arange(32)[None, :]  # 8-row atoms of 128 B rows
+    return b8[swizzle_128b_np(lin)]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The software twins (simulator): the NumPy spec itself, or plain loads
 # ----------------------------------------------------------------------------------------------------------------
@@ -379,24 +640,92 @@ def _twin_ld_shared_v4_f32(s, i, j):
     return s[i, j], s[i, j + 1], s[i, j + 2], s[i, j + 3]
 
 
-def _twin_mma_m16n8k32_e4m3(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-    """Twin of the warp-wide mma.sync: gather every lane's fragments, rebuild A and B, and compute this lane's
-    four outputs (FP32 sums in k order)."""
-    regs = _simgaps.warp_allgather((a0, a1, a2, a3, b0, b1))
-    lay = _MMA_LAYOUT
-    a_vals = np.array([r[:4] for r in regs], np.uint32).view(np.uint8).reshape(32, 16)
-    b_vals = np.array([r[4:] for r in regs], np.uint32).view(np.uint8).reshape(32, 8)
-    a = np.zeros((16, 32), np.uint8)
-    b = np.zeros((8, 32), np.uint8)
-    a[lay["a"][..., 0], lay["a"][..., 1]] = a_vals
-    b[lay["b"][..., 1], lay["b"][..., 0]] = b_vals
+def _twin_mma(fa: str = "e4m3", fb: str = "e4m3"):
+    """Twin of the warp-wide mma.sync m16n8k32 in formats fa, fb: gather every lane's fragments, rebuild A and B,
+    and compute this lane's four outputs (FP32 sums in k order)."""
+    ta, tb = formats.value_table(fa), formats.value_table(fb)
+
+    def mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        regs = _simgaps.warp_allgather((a0, a1, a2, a3, b0, b1))
+        lay = _MMA_LAYOUT
+        a_vals = np.array([r[:4] for r in regs], np.uint32).view(np.uint8).reshape(32, 16)
+        b_vals = np.array([r[4:] for r in regs], np.uint32).view(np.uint8).reshape(32, 8)
+        a = np.zeros((16, 32), np.uint8)
+        b = np.zeros((8, 32), np.uint8)
+        a[lay["a"][..., 0], lay["a"][..., 1]] = a_vals
+        b[lay["b"][..., 1], lay["b"][..., 0]] = b_vals
+        lane = _simgaps.lane_id()
+        av = ta[a[lay["c"][lane, :, 0]]].astype(np.float32)  # (4, 32): this lane's rows
+        bv = tb[b[lay["c"][lane, :, 1]]].astype(np.float32)  # and columns
+        d = np.array([c0, c1, c2, c3], np.float32)
+        for k in range(32):  # the reference's order
+            d = (d + av[:, k] * bv[:, k]).astype(np.float32)
+        return d[0], d[1], d[2], d[3]
+
+    return mma
+
+
+_twin_mma_m16n8k32_e4m3 = _twin_mma()
+
+
+def _bytes(s):
+    return s.view(np.uint8) if s.dtype != np.uint8 else s
+
+
+def _twin_shared_address(s):
+    """Twin: offsets are counted from s[0], which sits at address 0 (1024-byte aligned)."""
+    return 0
+
+
+def _twin_cp_async_16(s, off, x, i, j, nbytes):
+    """Twin of cp.async 16 bytes with src-size: copy nbytes, zero the rest, at once."""
+    b = _bytes(s)
+    for q in range(16):
+        b[off + q] = x[i, j + q] if q < nbytes else 0
+
+
+def _twin_noop(*args):
+    return None
+
+
+def _twin_ldmatrix_x4(s, off):
+    """Twin of ldmatrix .x4 .b16: gather the warp's row offsets; register q of lane l = the 4 bytes at row l // 4
+    of matrix q, from byte 4 (l % 4)."""
+    offs = _simgaps.warp_allgather(off)
     lane = _simgaps.lane_id()
-    av = formats.decode(a[lay["c"][lane, :, 0]], formats.E4M3).astype(np.float32)  # (4, 32): this lane's rows
-    bv = formats.decode(b[lay["c"][lane, :, 1]], formats.E4M3).astype(np.float32)  # and columns
-    d = np.array([c0, c1, c2, c3], np.float32)
-    for k in range(32):  # the reference's order
-        d = (d + av[:, k] * bv[:, k]).astype(np.float32)
-    return d[0], d[1], d[2], d[3]
+    b = _bytes(s)
+    out = []
+    for q in range(4):
+        o = offs[8 * q + lane // 4] + 4 * (lane % 4)
+        out.append(np.uint32(int(b[o]) | int(b[o + 1]) << 8 | int(b[o + 2]) << 16 | int(b[o + 3]) << 24))
+    return out[0], out[1], out[2], out[3]
+
+
+def _twin_wgmma(n: int, fa: str, fb: str):
+    """Twin of wgmma m64n{n}k32: decode both descriptors, read this thread's two rows of A and n / 4 columns of B
+    from shared memory through the 128-byte swizzle, and add their products in k order (FP32) to its
+    accumulators (wgmma_d_layout). Done at issue: the twin has no asynchrony to wait for."""
+    ta, tb = formats.value_table(fa), formats.value_table(fb)
+    lay = wgmma_d_layout(n)
+
+    def wgmma(acc, s, desc_a, desc_b, scale_d):
+        t = _simgaps.thread_index() % 128
+        b = _bytes(s)
+        rows = lay[t, 0:4:2, 0] % 64            # its two rows (registers 0 and 2)
+        cols = lay[t, :, 1].reshape(-1, 4)[:, :2].ravel()  # its n / 4 columns, in register order
+        av = ta[_operand_rows(b, desc_a, rows)].astype(np.float32)  # (2, 32)
+        bv = tb[_operand_rows(b, desc_b, cols)].astype(np.float32)  # (n / 4, 32)
+        regs = n // 2
+        d = np.zeros((2, regs // 2), np.float32)  # d[h, 2j + e] is register 4j + 2h + e
+        if scale_d:
+            for r in range(regs):
+                d[(r >> 1) & 1, 2 * (r >> 2) + (r & 1)] = acc[r]
+        for k in range(32):
+            d = (d + av[:, k : k + 1] * bv[None, :, k]).astype(np.float32)
+        for r in range(regs):
+            acc[r] = d[(r >> 1) & 1, 2 * (r >> 2) + (r & 1)]
+
+    return wgmma
 
 
 def _twin_st_shared_v4_f32(s, i, j, x0, x1, x2, x3):
@@ -420,6 +749,9 @@ if HARDWARE:
     ld_global_v4_f32 = ld_global_v4_intrinsic()
     ld_shared_v4_f32, st_shared_v4_f32 = shared_v4_intrinsics()
     mma_m16n8k32_e4m3 = mma_intrinsic(MMA_M16N8K32_E4M3)
+    shared_address, cp_async_16, cp_async_commit, ldmatrix_x4 = async_copy_intrinsics()
+    fence_proxy_async = barrier_intrinsic("fence.proxy.async.shared::cta;", "fence_proxy_async")
+    wgmma_commit_group = barrier_intrinsic("wgmma.commit_group.sync.aligned;", "wgmma_commit_group")
 else:
     cvt_e4m3x2_satfinite = cuda.jit(device=True)(_twin_cvt_e4m3x2_satfinite)
     cvt_e5m2x2_satfinite = cuda.jit(device=True)(_twin_cvt_e5m2x2_satfinite)
@@ -430,6 +762,76 @@ else:
     ld_shared_v4_f32 = cuda.jit(device=True)(_twin_ld_shared_v4_f32)
     st_shared_v4_f32 = cuda.jit(device=True)(_twin_st_shared_v4_f32)
     mma_m16n8k32_e4m3 = cuda.jit(device=True)(_twin_mma_m16n8k32_e4m3)
+    shared_address = cuda.jit(device=True)(_twin_shared_address)
+    cp_async_16 = cuda.jit(device=True)(_twin_cp_async_16)
+    cp_async_commit = cuda.jit(device=True)(_twin_noop)
+    ldmatrix_x4 = cuda.jit(device=True)(_twin_ldmatrix_x4)
+    fence_proxy_async = cuda.jit(device=True)(_twin_noop)
+    wgmma_commit_group = cuda.jit(device=True)(_twin_noop)
+
+
+@functools.lru_cache(maxsize=None)
+def mma_m16n8k32(fa: str = "e4m3", fb: str = "e4m3"):
+    """The mma.sync m16n8k32 of A in format fa and B in fb (float32 C and D), hardware or twin."""
+    if HARDWARE:
+        return mma_m16n8k32_e4m3 if (fa, fb) == ("e4m3", "e4m3") else mma_intrinsic(mma_instruction(fa, fb))
+    return cuda.jit(device=True)(_twin_mma(fa, fb))
+
+
+@functools.lru_cache(maxsize=None)
+def cp_async_wait_group(n: int):
+    """`cp.async.wait_group n;` as a function of no arguments: wait until at most n committed groups are pending."""
+    if HARDWARE:
+        return barrier_intrinsic(f"cp.async.wait_group {int(n)};", f"cp_async_wait_group_{int(n)}")
+    return cuda.jit(device=True)(_twin_noop)
+
+
+@functools.lru_cache(maxsize=None)
+def wgmma_fence(regs: int):
+    """`wgmma.fence.sync.aligned;` taking the accumulator array (regs float32): issue before the first wgmma that
+    reads registers written by other instructions."""
+    if HARDWARE:
+        return wgmma_sync_intrinsic("wgmma.fence.sync.aligned;", regs, f"wgmma_fence_{regs}")
+    return cuda.jit(device=True)(_twin_noop)
+
+
+@functools.lru_cache(maxsize=None)
+def wgmma_wait_group(n: int, regs: int):
+    """`wgmma.wait_group.sync.aligned n;` taking the accumulator array: after it, at most n committed wgmma
+    groups are pending and the accumulators of the others may be read."""
+    if HARDWARE:
+        return wgmma_sync_intrinsic(f"wgmma.wait_group.sync.aligned {int(n)};", regs, f"wgmma_wait_group_{n}_{regs}")
+    return cuda.jit(device=True)(_twin_noop)
+
+
+@functools.lru_cache(maxsize=None)
+def wgmma_m64k32(n: int, fa: str = "e4m3", fb: str = "e4m3"):
+    """wgmma.mma_async m64n{n}k32 with float32 accumulators, A in fa and B in fb, hardware or twin."""
+    if n % 8 or not 8 <= n <= 256:
+        raise ValueError(f"n must be a multiple of 8 in 8..256 (the wgmma shapes), got {n}")
+    if HARDWARE:
+        return wgmma_intrinsic(n, fa, fb)
+    return cuda.jit(device=True)(_twin_wgmma(n, fa, fb))
+
+
+@cuda.jit(device=True)
+def swizzle_128b(offset):
+    """Where the 128-byte swizzle stores byte `offset` of a tile (1024-byte aligned): the 16-byte chunk index
+    (bits 4-6) XOR the row within the 8-row atom (bits 7-9). 8 consecutive 128-byte rows then put any given
+    chunk in 8 different bank groups (PTX ISA, "Shared Memory Matrix Layout", swizzling modes)."""
+    return offset ^ (((offset >> 7) & 7) << 4)
+
+
+@cuda.jit(device=True)
+def smem_descriptor(address, leading_bytes, stride_bytes, swizzle):
+    """A wgmma shared-memory matrix descriptor (uint64; PTX ISA, "Matrix Descriptor Format"): start address in
+    bits 0-13, leading-dimension byte offset in 16-29, stride-dimension byte offset in 32-45 (each >> 4),
+    base offset 0, swizzle mode in 62-63 (1 = 128-byte)."""
+    d = np.uint64((address & 0x3FFFF) >> 4)
+    d |= np.uint64((leading_bytes & 0x3FFFF) >> 4) << np.uint64(16)
+    d |= np.uint64((stride_bytes & 0x3FFFF) >> 4) << np.uint64(32)
+    d |= np.uint64(swizzle) << np.uint64(62)
+    return d
 
 
 @cuda.jit(device=True)
