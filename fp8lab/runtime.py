@@ -97,6 +97,22 @@ def unused_array(dtype, ndim: int = 2):
     return _UNUSED[key]
 
 
+def compute_capability() -> tuple[int, int] | None:
+    """(major, minor) of the current device; None under the simulator (which runs every instruction's twin)."""
+    if IS_SIM:
+        return None
+    return tuple(cuda.get_current_device().compute_capability)
+
+
+def require_capability(what: str, version, ok) -> None:
+    """ValueError unless the device can run `what` (ok: a predicate on (major, minor)); nothing under the
+    simulator."""
+    cc = compute_capability()
+    if cc is not None and not ok(cc):
+        raise ValueError(f"version {version} runs {what}; this device has compute capability {cc[0]}.{cc[1]}: "
+                         f"choose another version (None picks the best this device can run)")
+
+
 def numba_type(name: str):
     """numba's scalar type `name` (e.g. "uint8"), as cuda.shared.array(0, ...) wants it on both backends."""
     from numba.cuda import types

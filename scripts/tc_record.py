@@ -28,16 +28,21 @@ if sys.argv[1:2] == ["assemble"]:
     acc = json.load(open(f"{src}/tc_accum.json"))
     data["accum"] = {"matches": {f: {v: acc["families"][f][v]["matches"] for v in ("v1", "v2")} for f in acc["families"]},
                      "shift": {v: acc["families"]["shift"][v]["table"] for v in ("v1", "v2")}}
-    pats = {"v3": [r"F2FP", r"HADD2\.F32", r"LDS\.128", r"FFMA"], "v4": [r"LDGSTS", r"LDGDEPBAR|DEPBAR", r"LDSM", r"F2FP", r"HMMA"],
-            "v5": [r"LDGSTS", r"DEPBAR", r"FENCE\.VIEW\.ASYNC", r"WARPGROUP", r"QGMMA"],
-            "v6": [r"QGMMA", r"WARPGROUP\.DEPBAR"]}
+    # (patterns, lines per pattern): the excerpts lecture 06 (b) prints, in the order of the patterns
+    pats = {"v3": ([r"F2FP", r"HADD2\.F32", r"LDS\.128", r"FFMA"], 2),
+            "v4": ([r"LDGSTS", r"LDGDEPBAR|DEPBAR", r"LDSM", r"F2FP", r"HMMA"], 2),
+            "v5": ([r"LDGSTS", r"DEPBAR", r"FENCE\.VIEW\.ASYNC", r"WARPGROUP", r"QGMMA", r"WARPSYNC|WARPGROUP\.DEPBAR"], 3),
+            "v6": ([r"QGMMA", r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1", r"WARPGROUP\.DEPBAR"], 4)}
+    counted = {"v3": ("FFMA", "F2FP", "LDS", "HMMA", "QGMMA")}
     data["sass"], data["sass_counts"] = {}, {}
-    for v, ps in pats.items():
+    for v, (ps, n) in pats.items():
         lines = open(f"{src}/sass_{v}.txt").read().splitlines()
-        data["sass"][v] = [re.sub(r"\s+", " ", ln.strip()) for p in ps for ln in [x for x in lines if re.search(p, x)][:3]]
+        data["sass"][v] = [re.sub(r"\s+", " ", ln.strip()) for p in ps for ln in [x for x in lines if re.search(p, x)][:n]]
+        if v == "v6":
+            data["sass"][v] = data["sass"][v][:8]  # the four QGMMA of one K-group and four waits
         text = "\n".join(lines)
-        data["sass_counts"][v] = {n: len(re.findall(r"\b" + n + r"\b", text))
-                                  for n in ("FFMA", "F2FP", "LDSM", "LDS", "HMMA", "QGMMA", "LDGSTS")}
+        names = counted.get(v, ("FFMA", "F2FP", "LDSM", "HMMA", "QGMMA", "LDGSTS"))
+        data["sass_counts"][v] = {nm: len(re.findall(r"\b" + re.escape(nm) + r"\b", text)) for nm in names}
     data["registers"] = json.load(open(f"{src}/registers.json")) if os.path.exists(f"{src}/registers.json") else {}
     json.dump(data, open("fp8lab/data/h200_tensor_cores.json", "w"), indent=1)
     sys.exit(0)

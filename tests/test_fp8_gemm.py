@@ -393,3 +393,20 @@ def test_gpu_deepseek_like_shape_fp32_bound(rng):
     assert (err <= bound).all(), f"max error {err.max():.3g}"
     err1 = np.abs(run(qa, qb, 1).astype(np.float64) - fg.reference64(qa, qb))
     assert (err1 <= fg.error_bound(qa, qb)).all(), f"v1: max error {err1.max():.3g}"
+
+
+@pytest.mark.parametrize("cc, best, refused", [
+    ((9, 0), 6, ()),          # H100 / H200 / H800: wgmma
+    ((8, 9), 4, (5, 6)),      # Ada: FP8 mma.sync, no wgmma
+    ((10, 0), 4, (5, 6)),     # Blackwell: no wgmma (sm_90a only)
+    ((8, 0), 3, (4, 5, 6)),   # A100: no FP8 tensor-core instruction
+], ids=str)
+def test_default_version_and_refusals_follow_the_device(monkeypatch, cc, best, refused):
+    monkeypatch.setattr(runtime, "compute_capability", lambda: cc)
+    assert fg.best_version() == best
+    for v in fg.VERSIONS:
+        if v in refused:
+            with pytest.raises(ValueError, match=rf"^version {v} runs .*compute capability {cc[0]}\.{cc[1]}"):
+                fg.check_device(v)
+        else:
+            fg.check_device(v)

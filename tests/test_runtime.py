@@ -362,7 +362,9 @@ def test_public_calls_warn_before_launching_and_only_under_the_simulator(sim_war
     tile = fp8lab.QuantizedTensor(np.zeros((4096, 512), np.uint8), np.ones((4096, 4), np.float32), "e4m3", "tile")
     calls = {
         "fl.gemm": lambda: fp8lab.gemm(f32, f32),
-        "fl.fp8_gemm": lambda: fp8lab.fp8_gemm(*[fp8lab.QuantizedTensor(u8, one, "e4m3", "tensor")] * 2),
+        # 1024^3: the default (wgmma's twin) is fast enough under the simulator that 512^3 takes under a minute
+        "fl.fp8_gemm": lambda: fp8lab.fp8_gemm(*[fp8lab.QuantizedTensor(np.zeros((1024, 1024), np.uint8), one, "e4m3",
+                                                                       "tensor")] * 2),
         "fl.quantize": lambda: fp8lab.quantize(np.zeros((2048, 2048), np.float32)),
         "fl.dequantize": lambda: fp8lab.dequantize(fp8lab.QuantizedTensor(np.zeros((4096, 4096), np.uint8), one,
                                                                           "e4m3", "tensor")),

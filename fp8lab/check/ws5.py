@@ -45,9 +45,11 @@ def _cvt_cases(rng):
 @question
 def cvt_e4m3x2_intrinsic(intrinsic_fn, twin, rng=None):
     """Check an @intrinsic `cvt(hi, lo) -> uint16` emitting `cvt.rn.satfinite.e4m3x2.f32 d, hi, lo;` and its
-    software twin `twin(hi, lo) -> int`, the same result in Python. On a GPU the intrinsic runs in a kernel and
-    must equal the twin and fp8lab.formats bit for bit; under the simulator (which cannot run PTX) the twin runs
-    in the kernel instead, and the intrinsic is compiled to PTX when the `ptx` extra is installed."""
+    software twin `twin(hi, lo) -> int`, the same result in Python. The twin must equal fp8lab.formats bit for
+    bit, in plain Python and inside a kernel. On a GPU the intrinsic runs in that kernel and must give the same
+    bits; under the simulator (which cannot run PTX) its typing is tried with float32 and float64 arguments and
+    its code generator is run outside the compiler, and the inline assembly it emits (text and constraints) is
+    inspected instead."""
     q = "cvt_e4m3x2_intrinsic"
     for f in (intrinsic_fn, twin):
         if still_a_placeholder(getattr(f, "_defn", f)) or still_a_placeholder(f):
@@ -104,6 +106,10 @@ def _inline_asm_of(q, intrinsic_fn) -> str:
     if not typed or typed[0].return_type != types.uint16:
         fail(q, [f"typing (float32, float32) gave {typed!r}: expected (uint16(float32, float32), codegen)"],
              "return sig, codegen with sig = types.uint16(hi, lo)")
+    if not defn(None, types.float64, types.float32):
+        fail(q, ["typing (float64, float32) gave None: the intrinsic must accept any two floats"],
+             "test isinstance(hi, types.Float) and isinstance(lo, types.Float), and cast both to float32 in codegen "
+             "with context.cast(builder, args[k], sig.args[k], types.float32)")
     sig, codegen = typed
     f32 = ir.FloatType()
     module = ir.Module()
@@ -119,7 +125,8 @@ def _inline_asm_of(q, intrinsic_fn) -> str:
     if not text.startswith("cvt.rn.satfinite.e4m3x2.f32") or "$0, $1, $2" not in text:
         fail(q, [f"the inline assembly is {asm.asm!r}"], "write 'cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;': the "
              "destination first, then hi, then lo ($n numbers the operands: outputs, then inputs)")
-    if asm.constraint.replace(" ", "") != "=h,f,f":
+    operands = [c for c in asm.constraint.replace(" ", "").split(",") if not c.startswith("~")]  # clobbers: optional
+    if operands != ["=h", "f", "f"]:
         fail(q, [f"the constraints are {asm.constraint!r}"], "'=h,f,f': the result is a 16-bit register (h), "
              "written (=); both inputs are .f32 registers (f)")
     return text

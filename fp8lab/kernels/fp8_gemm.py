@@ -98,7 +98,7 @@ VERSIONS = {
     1: "one thread per output, K-groups of 128 from global memory",
     2: "TILE x TILE shared-memory tiles, BLOCK_K = 128 steps, scales per tile in shared memory",
     3: "SGEMM v7's 128 x 128 register-blocked core; codes dequantized per K-group while staged in shared memory",
-    4: "tensor cores, mma.sync m16n8k32: cp.async double buffering, ldmatrix fragments, promotion every 128",
+    4: "tensor cores, mma.sync m16n8k32: 3-buffer cp.async ring, ldmatrix fragments, promotion every 128",
     5: "tensor cores, wgmma m64n128k32: 4-stage cp.async pipeline, swizzled tiles, descriptors, promotion every 128",
     6: "version 5 overlapped: group k+1's wgmma issued before group k is promoted, one barrier per K-group",
 }
@@ -806,6 +806,29 @@ def _check_options(accum_bits, promote_every, fine: bool):
     return bits, 0 if promote is None else promote
 
 
+WGMMA_CC = (9, 0)  # wgmma exists on sm_90a only (PTX ISA): H100, H200, H800
+MMA_FP8_CC = (8, 9)  # FP8 mma.sync: sm_89 and newer
+
+
+def best_version() -> int:
+    """BEST where the device can run it: 6 on sm_90 (wgmma), 4 on other GPUs from sm_89 (FP8 mma.sync), else 3;
+    BEST under the simulator."""
+    cc = runtime.compute_capability()
+    if cc is None or cc == WGMMA_CC:
+        return BEST
+    return 4 if cc >= MMA_FP8_CC else 3
+
+
+def check_device(version: int) -> None:
+    """ValueError naming the version when this GPU cannot run it (wgmma: sm_90 only; FP8 mma.sync: sm_89+)."""
+    if version in (5, 6):
+        runtime.require_capability("wgmma, which needs an sm_90 GPU (H100, H200, H800: compute capability 9.0)",
+                                   version, lambda cc: cc == WGMMA_CC)
+    elif version == 4:
+        runtime.require_capability("FP8 mma.sync, which needs compute capability 8.9 or newer", version,
+                                   lambda cc: cc >= MMA_FP8_CC)
+
+
 def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None):
     """y = dequant(qa) @ dequant(qb).T, float32 (M, N), scales applied per K-group of 128 inside the kernel.
 
@@ -816,8 +839,9 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
     accum_bits: None = FP32 accumulation; 1..23 = emulate a tensor-core accumulator with that many mantissa
     bits (13 = Hopper's FP22, see fp8lab.accum). promote_every: multiple of 32; None = 128 with tile/block
     scales, no promotion with per-tensor scales. out: optional float32 (M, N) device array.
-    version: 1..6 (None: 6 without accum_bits, 2 with; only 1 and 2 emulate accum_bits). On a GPU versions 4
-    (mma.sync), 5 and 6 (wgmma) run on the tensor cores; under the simulator their twins sum in FP32 in k order.
+    version: 1..6 (None: `best_version()` without accum_bits (6 on an H100/H200/H800), 2 with; only 1 and 2 emulate
+    accum_bits). On a GPU versions 4 (mma.sync, sm_89+), 5 and 6 (wgmma, sm_90) run on the tensor cores; under
+    the simulator their twins sum in FP32 in k order.
     Returns a NumPy array for NumPy inputs, else the device array. A NaN scale (a group that held NaN/Inf,
     see fp8lab.quantize) or a NaN code makes the outputs that use it NaN; nothing is checked for finiteness.
     """
@@ -829,7 +853,8 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
                          f"qb.data {db.shape}")
     fine = qa.granularity != "tensor" or qb.granularity != "tensor"
     bits, promote = _check_options(accum_bits, promote_every, fine)
-    version = V.version("version", version, VERSIONS, default=BEST if bits < 0 else max(LIMITED_VERSIONS))
+    version = V.version("version", version, VERSIONS, default=best_version() if bits < 0 else max(LIMITED_VERSIONS))
+    check_device(version)
     if bits >= 0 and version not in LIMITED_VERSIONS:
         raise ValueError(f"version {version} accumulates in FP32 only; accum_bits={accum_bits} needs version in "
                          f"{LIMITED_VERSIONS} (or None)")
@@ -968,7 +993,7 @@ def error_bound(qa, qb) -> np.ndarray:
 
 
 def tensor_core_bound(qa, qb) -> np.ndarray:
-    """|y - reference64| allowed for versions 4 and 5 on a GPU: the FP32 bound plus 2^-9 * abs_product for the
+    """|y - reference64| allowed for versions 4, 5 and 6 on a GPU: the FP32 bound plus 2^-9 * abs_product for the
     tensor core's own accumulator inside each K-group. wgmma keeps 13 mantissa bits and truncates (measured on
     the H200 with fp8lab.kernels.tc_accum; DeepSeek-V3 reports about 14 bits): each of the 4 instructions of a
     K-group loses less than 2^-12 of its largest term per term, and random signs average most of it out; a

@@ -114,6 +114,12 @@ def probe(a_codes, b_codes, c, version=None, fmt_a: str = "e4m3", fmt_b: str = "
     """D (R, 8) float32 = C + decode(a) @ decode(b).T, each 16 (version 1) or 64 (version 2) rows by one tensor-core
     instruction. a_codes (R, 32) uint8, b_codes (8, 32) uint8, c (R, 8) float32 (NumPy arrays)."""
     a, b, c, version = _check(a_codes, b_codes, c, version)
+    if version == 1:
+        runtime.require_capability("FP8 mma.sync, which needs compute capability 8.9 or newer", version,
+                                   lambda cc: cc >= (8, 9))
+    else:
+        runtime.require_capability("wgmma, which needs an sm_90 GPU (H100, H200, H800)", version,
+                                   lambda cc: cc == (9, 0))
     fmt_a, fmt_b = (formats.get_format(f).name for f in (fmt_a, fmt_b))
     d = bench.poisoned(c.shape, np.float32)
     args = (cuda.to_device(np.ascontiguousarray(a)), cuda.to_device(np.ascontiguousarray(b)),
