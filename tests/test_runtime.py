@@ -357,14 +357,13 @@ def test_public_calls_warn_before_launching_and_only_under_the_simulator(sim_war
                          (quant.qf, "requantize_tile_to_col"), (training, "_KernelStep"),
                          (training, "_ReferenceStep")):
         monkeypatch.setattr(module, name, _launched)
-    f32, u8 = np.zeros((512, 512), np.float32), np.zeros((512, 512), np.uint8)
+    f32 = np.zeros((512, 512), np.float32)
+    u8k = np.zeros((1024, 1024), np.uint8)  # fp8_gemm's default (wgmma's twin) simulates 512^3 in under a minute
     one = np.ones(1, np.float32)
     tile = fp8lab.QuantizedTensor(np.zeros((4096, 512), np.uint8), np.ones((4096, 4), np.float32), "e4m3", "tile")
     calls = {
         "fl.gemm": lambda: fp8lab.gemm(f32, f32),
-        # 1024^3: the default (wgmma's twin) is fast enough under the simulator that 512^3 takes under a minute
-        "fl.fp8_gemm": lambda: fp8lab.fp8_gemm(*[fp8lab.QuantizedTensor(np.zeros((1024, 1024), np.uint8), one, "e4m3",
-                                                                       "tensor")] * 2),
+        "fl.fp8_gemm": lambda: fp8lab.fp8_gemm(*[fp8lab.QuantizedTensor(u8k, one, "e4m3", "tensor")] * 2),
         "fl.quantize": lambda: fp8lab.quantize(np.zeros((2048, 2048), np.float32)),
         "fl.dequantize": lambda: fp8lab.dequantize(fp8lab.QuantizedTensor(np.zeros((4096, 4096), np.uint8), one,
                                                                           "e4m3", "tensor")),

@@ -429,6 +429,34 @@ def _copy16(s, dst, x, r, k, rows, K, vec):
             s[dst + q] = v
 
 
+@cuda.jit(device=True)
+def _promote_wgmma(part, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, g):
+    """total += part * (sa * sb) for K-group g, in the wgmma m64n128 accumulator layout: this thread's rows row0 and
+    row0 + 8 (registers 4j + 0, 1 and 4j + 2, 3), columns n0 + 8j + 2 t4 + (0, 1). With B per tensor or per
+    128 x 128 block one scale serves the whole 128-column tile."""
+    sr0 = _scale_at(sa, a_kind, min(row0, M - 1), g)
+    sr1 = _scale_at(sa, a_kind, min(row0 + 8, M - 1), g)
+    sbk = _scale_at(sb, b_kind, min(n0, N - 1), g)
+    for j in range(BN5 // 8):
+        for i in range(4):
+            o = 4 * j + i
+            sc = sbk
+            if b_kind == 1:
+                sc = _scale_at(sb, b_kind, min(n0 + 8 * j + 2 * t4 + i % 2, N - 1), g)
+            total[o] += part[o] * ((sr0 if i < 2 else sr1) * sc)
+
+
+@cuda.jit(device=True)
+def _store_wgmma(c, total, row0, n0, t4, M, N):
+    """This thread's 64 outputs of an m64n128 tile (the layout of _promote_wgmma), edges masked."""
+    for j in range(BN5 // 8):
+        for i in range(4):
+            row = row0 + 8 * (i // 2)
+            col = n0 + 8 * j + 2 * t4 + i % 2
+            if row < M and col < N:
+                c[row, col] = total[4 * j + i]
+
+
 def make_kernel4(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool = True):
     """Version 4 (mma.sync) for one pair of scale kinds and formats (compiled in). promote=False (per-tensor scales
     only, for the accumulator experiment): the partial sums stay in the tensor core's accumulator for all of K."""
@@ -617,27 +645,13 @@ def make_kernel5(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
             if not promote:
                 cuda.syncthreads()
                 continue
-            sr0 = _scale_at(sa, a_kind, min(row0, M - 1), kt)
-            sr1 = _scale_at(sa, a_kind, min(row0 + 8, M - 1), kt)
-            sbk = _scale_at(sb, b_kind, min(n0, N - 1), kt)  # per tensor or 128 x 128 block: one per tile
-            for j in range(BN5 // 8):
-                for i in range(4):
-                    o = 4 * j + i
-                    sc = sbk
-                    if b_kind == 1:
-                        sc = _scale_at(sb, b_kind, min(n0 + 8 * j + 2 * t4 + i % 2, N - 1), kt)
-                    total[o] += part[o] * ((sr0 if i < 2 else sr1) * sc)
+            _promote_wgmma(part, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, kt)
             cuda.syncthreads()  # the stage is free for the copies of iteration kt + 1
         if not promote:
             s_all = sa[0, 0] * sb[0, 0]
             for o in range(REGS5):
                 total[o] = part[o] * s_all
-        for j in range(BN5 // 8):
-            for i in range(4):
-                row = row0 + 8 * (i // 2)
-                col = n0 + 8 * j + 2 * t4 + i % 2
-                if row < M and col < N:
-                    c[row, col] = total[4 * j + i]
+        _store_wgmma(c, total, row0, n0, t4, M, N)
 
     return fp8_gemm_kernel5
 
@@ -675,16 +689,7 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
 
     @cuda.jit(device=True)
     def promote(part, total, sa, sb, row0, n0, t4, M, N, g):
-        sr0 = _scale_at(sa, a_kind, min(row0, M - 1), g)
-        sr1 = _scale_at(sa, a_kind, min(row0 + 8, M - 1), g)
-        sbk = _scale_at(sb, b_kind, min(n0, N - 1), g)
-        for j in range(BN5 // 8):
-            for i in range(4):
-                o = 4 * j + i
-                sc = sbk
-                if b_kind == 1:
-                    sc = _scale_at(sb, b_kind, min(n0 + 8 * j + 2 * t4 + i % 2, N - 1), g)
-                total[o] += part[o] * ((sr0 if i < 2 else sr1) * sc)
+        _promote_wgmma(part, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, g)
 
     @cuda.jit(device=True)
     def step(kt, nk, cur, nxt, total, smem, base, pad, a, b, sa, sb, m0, n0, M, N, K, tid, wg, row0, t4):
@@ -746,12 +751,7 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
         else:  # the last group
             wait_all(p0)
             promote(p0, total, sa, sb, row0, n0, t4, M, N, kt)
-        for j in range(BN5 // 8):
-            for i in range(4):
-                row = row0 + 8 * (i // 2)
-                col = n0 + 8 * j + 2 * t4 + i % 2
-                if row < M and col < N:
-                    c[row, col] = total[4 * j + i]
+        _store_wgmma(c, total, row0, n0, t4, M, N)
 
     return fp8_gemm_kernel6
 
