@@ -32,6 +32,7 @@ import json
 import os
 import posixpath
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -482,6 +483,10 @@ def cmd_build(args) -> int:
         dest.write_text(body, encoding="utf-8")
         written.append(dest)
         print(f"  {page}  ({len(body) / 1e3:.0f} kB)", flush=True)
+
+    for d in SOURCE_DIRS:  # static figures the markdown embeds (notebooks/figures/*.svg: scripts/diagrams.py)
+        if (root / d / "figures").is_dir():
+            shutil.copytree(root / d / "figures", out / d / "figures", dirs_exist_ok=True)
 
     md, linked = index_markdown((root / "README.md").read_text(encoding="utf-8"), pages)
     devices = sorted({st.get("device", "?") for st in pages.values() if st})
