@@ -640,6 +640,14 @@ def _twin_ld_shared_v4_f32(s, i, j):
     return s[i, j], s[i, j + 1], s[i, j + 2], s[i, j + 3]
 
 
+def _sum_in_order(c, products):
+    """c + products[..., 0] + products[..., 1] + ... in float32, one rounding per addition, left to right (what the
+    twins promise: the reference's k order). np.add.accumulate is sequential, unlike np.sum's pairwise sum; the
+    products of two FP8 values are exact in float32."""
+    terms = np.concatenate([np.asarray(c, np.float32)[..., None], np.asarray(products, np.float32)], axis=-1)
+    return np.add.accumulate(terms, axis=-1, dtype=np.float32)[..., -1]
+
+
 def _twin_mma(fa: str = "e4m3", fb: str = "e4m3"):
     """Twin of the warp-wide mma.sync m16n8k32 in formats fa, fb: gather every lane's fragments, rebuild A and B,
     and compute this lane's four outputs (FP32 sums in k order)."""
@@ -657,9 +665,7 @@ def _twin_mma(fa: str = "e4m3", fb: str = "e4m3"):
         lane = _simgaps.lane_id()
         av = ta[a[lay["c"][lane, :, 0]]].astype(np.float32)  # (4, 32): this lane's rows
         bv = tb[b[lay["c"][lane, :, 1]]].astype(np.float32)  # and columns
-        d = np.array([c0, c1, c2, c3], np.float32)
-        for k in range(32):  # the reference's order
-            d = (d + av[:, k] * bv[:, k]).astype(np.float32)
+        d = _sum_in_order(np.array([c0, c1, c2, c3], np.float32), av * bv)
         return d[0], d[1], d[2], d[3]
 
     return mma
@@ -720,8 +726,7 @@ def _twin_wgmma(n: int, fa: str, fb: str):
         if scale_d:
             for r in range(regs):
                 d[(r >> 1) & 1, 2 * (r >> 2) + (r & 1)] = acc[r]
-        for k in range(32):
-            d = (d + av[:, k : k + 1] * bv[None, :, k]).astype(np.float32)
+        d = _sum_in_order(d, av[:, None, :] * bv[None, :, :])
         for r in range(regs):
             acc[r] = d[(r >> 1) & 1, 2 * (r >> 2) + (r & 1)]
 
