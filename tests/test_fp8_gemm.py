@@ -98,16 +98,19 @@ def test_fp32_accumulation_v4(rng, grans, mnk):
 
 
 def check_version(rng, version, grans, mnk):
-    M, N, K = mnk
-    qa, qb = operands(rng, M, N, K, *grans)
-    got = run(qa, qb, version)
+    qa, qb = operands(rng, *mnk, *grans)
+    assert_correct(run(qa, qb, version), qa, qb, version)
+
+
+def assert_correct(got, qa, qb, version):
+    (M, K), N = qa.data.shape, qb.data.shape[0]
     # against float64: FP32 rounding error only (one rounding per add and per scale step); on a GPU the
     # tensor-core versions add what their accumulator loses inside a K-group
     err = np.abs(got.astype(np.float64) - fg.reference64(qa, qb))
     tc = version in fg.TENSOR_CORE_VERSIONS and not runtime.IS_SIM
     bound = fg.tensor_core_bound(qa, qb) if tc else fg.error_bound(qa, qb)
     assert (err <= bound).all(), f"max error {err.max():.3g}"
-    # versions 1 and 2 (and the twins of 4 and 5) add in the reference's order; version 3 scales the operands
+    # versions 1 and 2 (and the twins of 4-6) add in the reference's order; version 3 scales the operands
     in_order = version in fg.LIMITED_VERSIONS or (version in fg.TENSOR_CORE_VERSIONS and runtime.IS_SIM)
     if in_order and (runtime.IS_SIM or M * N * K < 1e8):  # slow NumPy at 2048^3
         assert_matches_reference(got, fg.reference(qa, qb), qa, qb)
@@ -167,26 +170,7 @@ def test_v3_several_blocks_and_both_load_paths(rng, K):
 def test_tensor_core_versions_blocks_and_load_paths(rng, version, M, N, K):
     qa, qb = operands(rng, M, N, K, "tile", "block")
     assert common.vec_ok(cuda.to_device(qa.data), 16) == int(K % 16 == 0)
-    got = run(qa, qb, version)
-    err = np.abs(got.astype(np.float64) - fg.reference64(qa, qb))
-    bound = fg.error_bound(qa, qb) if runtime.IS_SIM else fg.tensor_core_bound(qa, qb)
-    assert (err <= bound).all(), f"max error {err.max():.3g}"
-    if runtime.IS_SIM:
-        assert_matches_reference(got, fg.reference(qa, qb), qa, qb)
-
-
-@pytest.mark.parametrize("version", fg.TENSOR_CORE_VERSIONS)
-def test_tensor_core_e5m2_operand(rng, version):
-    a = rng.standard_normal((7, 140), dtype=np.float32)
-    qa = quantize(a, "tile")
-    b = rng.standard_normal((10, 140), dtype=np.float32)
-    amax = np.abs(b).max(axis=1, keepdims=True).astype(np.float32)
-    codes = formats.encode((b * (np.float32(57344) / amax)).astype(np.float32), formats.E5M2)
-    qb = Q(codes, np.repeat(amax / np.float32(57344), 2, axis=1).astype(np.float32), "tile", fmt="e5m2")
-    got = run(qa, qb, version)
-    err = np.abs(got.astype(np.float64) - fg.reference64(qa, qb))
-    bound = fg.error_bound(qa, qb) if runtime.IS_SIM else fg.tensor_core_bound(qa, qb)
-    assert (err <= bound).all(), f"max error {err.max():.3g}"
+    assert_correct(run(qa, qb, version), qa, qb, version)
 
 
 @pytest.mark.parametrize("version,words", [(4, "per-tensor"), (5, "per-tensor"), (6, "versions 4 and 5")])
@@ -219,7 +203,8 @@ def test_tensor_core_without_promotion_sums_all_of_k(rng, version):
         assert (err <= 2.0**-7 * fg.abs_product(qa, qb)).all()
 
 
-def test_v3_e5m2_operand(rng):
+@pytest.mark.parametrize("version", [3, *fg.TENSOR_CORE_VERSIONS])
+def test_e5m2_operand(rng, version):
     a = rng.standard_normal((7, 140), dtype=np.float32)
     qa = quantize(a, "tile")
     b = rng.standard_normal((10, 140), dtype=np.float32)
@@ -227,9 +212,7 @@ def test_v3_e5m2_operand(rng):
     codes = formats.encode((b * (np.float32(57344) / amax)).astype(np.float32), formats.E5M2)
     scale = np.repeat(amax / np.float32(57344), 2, axis=1).astype(np.float32)
     qb = Q(codes, scale, "tile", fmt="e5m2")
-    got = run(qa, qb, 3)
-    err = np.abs(got.astype(np.float64) - fg.reference64(qa, qb))
-    assert (err <= fg.error_bound(qa, qb)).all(), f"max error {err.max():.3g}"
+    assert_correct(run(qa, qb, version), qa, qb, version)
 
 
 def test_accepts_fp8lab_quantized_tensor(rng):

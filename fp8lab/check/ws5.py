@@ -52,7 +52,7 @@ def cvt_e4m3x2_intrinsic(intrinsic_fn, twin, rng=None):
     inspected instead."""
     q = "cvt_e4m3x2_intrinsic"
     for f in (intrinsic_fn, twin):
-        if still_a_placeholder(getattr(f, "_defn", f)) or still_a_placeholder(f):
+        if still_a_placeholder(getattr(f, "_defn", f)):  # an @intrinsic: its typing function
             raise NotAttempted(not_attempted_message(q, f))
     rng = np.random.default_rng() if rng is None else rng
     hi, lo = _cvt_cases(rng)

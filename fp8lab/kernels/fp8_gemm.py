@@ -430,6 +430,49 @@ def _copy16(s, dst, x, r, k, rows, K, vec):
 
 
 @cuda.jit(device=True)
+def _ldmatrix_into(frag, at, s, off):
+    """frag[at : at + 4] = the four registers ldmatrix.x4 gives this lane for the rows at s[off:] (see version 4)."""
+    x0, x1, x2, x3 = ptx.ldmatrix_x4(s, off)
+    frag[at] = x0
+    frag[at + 1] = x1
+    frag[at + 2] = x2
+    frag[at + 3] = x3
+
+
+@cuda.jit(device=True)
+def _load_swizzled_tile(s, off, x, r0, k0, rows, K, vec, tid):
+    """x[r0 : r0 + 128, k0 : k0 + 128] -> a 128-byte-swizzled tile at s[off:] (rows of 128 bytes, the 16-byte chunk
+    ch of row r stored at chunk ch ^ (r % 8)): 1024 copies of 16 bytes, 4 per thread. Thread tid always copies chunk
+    tid % 8 of rows tid // 8 + 32 h (h = 0..3): its shared offsets are the same in every stage."""
+    r = tid // 8
+    ch = tid % 8
+    dst = off + r * 128 + (ch ^ (r % 8)) * 16
+    for h in range(4):
+        _copy16(s, dst + h * 32 * 128, x, r0 + r + 32 * h, k0 + ch * 16, rows, K, vec)
+
+
+def make_wgmma_issue(fmt_a: str, fmt_b: str):
+    """A device function issue(part, s, base, so, wg, scale0): the four wgmma m64n128k32 of one K-group whose a and
+    b tiles sit at s[so:] and s[so + TILE5:] (warpgroup wg reads a's rows 64 wg..), committed as one group;
+    scale-d = scale0 + kk, so scale0 = 0 starts `part` afresh (part = A B) and scale0 > 0 adds to it."""
+    wgmma = ptx.wgmma_m64k32(BN5, fmt_a, fmt_b)
+    fence = ptx.wgmma_fence(REGS5)
+
+    @cuda.jit(device=True)
+    def issue(part, s, base, so, wg, scale0):
+        # K-major 128-byte-swizzled tiles: 8-row atoms of 128-byte rows, 1024 bytes apart (stride offset); the
+        # leading offset is unused in this mode. A k-slice of 32 starts 32 bytes further (2 = 32 >> 4).
+        desc_a = ptx.smem_descriptor(base + so + wg * 64 * 128, 16, 1024, 1)
+        desc_b = ptx.smem_descriptor(base + so + TILE5, 16, 1024, 1)
+        fence(part)
+        for kk in range(BK5 // 32):
+            wgmma(part, s, desc_a + 2 * kk, desc_b + 2 * kk, scale0 + kk)
+        ptx.wgmma_commit_group()
+
+    return issue
+
+
+@cuda.jit(device=True)
 def _promote_wgmma(part, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, g):
     """total += part * (sa * sb) for K-group g, in the wgmma m64n128 accumulator layout: this thread's rows row0 and
     row0 + 8 (registers 4j + 0, 1 and 4j + 2, 3), columns n0 + 8j + 2 t4 + (0, 1). With B per tensor or per
@@ -524,17 +567,9 @@ def make_kernel4(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
             st = pad + (kt % STAGES4) * STAGE4
             for kk in range(BK4 // 32):
                 for i in range(4):
-                    x0, x1, x2, x3 = ptx.ldmatrix_x4(smem, st + a_lane + i * 16 * ROW4 + kk * 32)
-                    afr[4 * i] = x0
-                    afr[4 * i + 1] = x1
-                    afr[4 * i + 2] = x2
-                    afr[4 * i + 3] = x3
+                    _ldmatrix_into(afr, 4 * i, smem, st + a_lane + i * 16 * ROW4 + kk * 32)
                 for jj in range(2):
-                    x0, x1, x2, x3 = ptx.ldmatrix_x4(smem, st + b_lane + jj * 16 * ROW4 + kk * 32)
-                    bfr[4 * jj] = x0
-                    bfr[4 * jj + 1] = x1
-                    bfr[4 * jj + 2] = x2
-                    bfr[4 * jj + 3] = x3
+                    _ldmatrix_into(bfr, 4 * jj, smem, st + b_lane + jj * 16 * ROW4 + kk * 32)
                 for i in range(4):
                     for j in range(4):
                         o = (i * 4 + j) * 4
@@ -576,20 +611,9 @@ def make_kernel4(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
 
 def make_kernel5(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool = True):
     """Version 5 (wgmma) for one pair of scale kinds and formats (compiled in); promote as in make_kernel4."""
-    wgmma = ptx.wgmma_m64k32(BN5, fmt_a, fmt_b)
-    fence = ptx.wgmma_fence(REGS5)
+    issue = make_wgmma_issue(fmt_a, fmt_b)
     wait_mma = ptx.wgmma_wait_group(0, REGS5)
     wait_copies = ptx.cp_async_wait_group(STAGES5 - 1)
-
-    @cuda.jit(device=True)
-    def load_tile(s, off, x, r0, k0, rows, K, vec, tid):
-        """x[r0 : r0 + 128, k0 : k0 + 128] -> a 128-byte-swizzled tile at s[off:] (rows of 128 bytes, the 16-byte
-        chunk ch of row r stored at chunk ch ^ (r % 8)): 1024 copies of 16 bytes, 4 per thread."""
-        for h in range(4):
-            cidx = tid + THREADS5 * h
-            r = cidx // 8
-            ch = cidx % 8
-            _copy16(s, off + r * 128 + (ch ^ (r % 8)) * 16, x, r0 + r, k0 + ch * 16, rows, K, vec)
 
     @cuda.jit
     def fp8_gemm_kernel5(a, sa, b, sb, c, vec):
@@ -618,29 +642,22 @@ def make_kernel5(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
         nk = (K + BK5 - 1) // BK5
         for st in range(STAGES5 - 1):
             if st < nk:
-                load_tile(smem, pad + st * STAGE5, a, m0, st * BK5, M, K, vec, tid)
-                load_tile(smem, pad + st * STAGE5 + TILE5, b, n0, st * BK5, N, K, vec, tid)
+                _load_swizzled_tile(smem, pad + st * STAGE5, a, m0, st * BK5, M, K, vec, tid)
+                _load_swizzled_tile(smem, pad + st * STAGE5 + TILE5, b, n0, st * BK5, N, K, vec, tid)
             ptx.cp_async_commit()  # one group per stage, empty or not: wait_group counts groups
         for kt in range(nk):
             nxt = kt + STAGES5 - 1
             if nxt < nk:
                 so = pad + (nxt % STAGES5) * STAGE5
-                load_tile(smem, so, a, m0, nxt * BK5, M, K, vec, tid)
-                load_tile(smem, so + TILE5, b, n0, nxt * BK5, N, K, vec, tid)
+                _load_swizzled_tile(smem, so, a, m0, nxt * BK5, M, K, vec, tid)
+                _load_swizzled_tile(smem, so + TILE5, b, n0, nxt * BK5, N, K, vec, tid)
             ptx.cp_async_commit()
             wait_copies()             # this thread's copies of stage kt have landed
             ptx.fence_proxy_async()   # ... and are visible to wgmma (which reads through the async proxy)
             cuda.syncthreads()        # ... and so are every other thread's
             so = pad + (kt % STAGES5) * STAGE5
-            # K-major 128-byte-swizzled tiles: 8-row atoms of 128-byte rows, 1024 bytes apart (stride offset);
-            # the leading offset is unused in this mode. A k-slice of 32 starts 32 bytes further.
-            desc_a = ptx.smem_descriptor(base + so + wg * 64 * 128, 16, 1024, 1)
-            desc_b = ptx.smem_descriptor(base + so + TILE5, 16, 1024, 1)
-            fence(part)
-            for kk in range(BK5 // 32):
-                # 2 = 32 bytes >> 4; scale-d 0 (D = A B) at the first k-slice of each group, or of K if not promote
-                wgmma(part, smem, desc_a + 2 * kk, desc_b + 2 * kk, kk if promote else kt * 4 + kk)
-            ptx.wgmma_commit_group()
+            # scale-d 0 (D = A B) at the first k-slice of each K-group, or only of K when not promoting
+            issue(part, smem, base, so, wg, 0 if promote else kt * (BK5 // 32))
             wait_mma(part)
             if not promote:
                 cuda.syncthreads()
@@ -659,37 +676,16 @@ def make_kernel5(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
 
 def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
     """Version 6 (wgmma, overlapped) for one pair of scale kinds and formats and one load path (compiled in)."""
-    wgmma = ptx.wgmma_m64k32(BN5, fmt_a, fmt_b)
-    fence = ptx.wgmma_fence(REGS5)
+    issue = make_wgmma_issue(fmt_a, fmt_b)
     wait_one, wait_all = ptx.wgmma_wait_group(1, REGS5), ptx.wgmma_wait_group(0, REGS5)
     first_copies = ptx.cp_async_wait_group(STAGES5 - 2)  # stage 0 of the S - 1 committed in the prologue
     next_copies = ptx.cp_async_wait_group(STAGES5 - 3)   # stage kt + 1, with kt + S - 2 groups committed
 
     @cuda.jit(device=True)
     def load_stage(s, so, a, b, m0, n0, k0, M, N, K, tid):
-        """Both 128 x 128 tiles of a K-group, swizzled; thread tid always copies chunk tid % 8 of rows
-        tid // 8 + 32 h (h = 0..3), so its shared offsets are the same in every stage."""
-        r = tid // 8
-        ch = tid % 8
-        dst = r * 128 + (ch ^ (r % 8)) * 16
-        k = k0 + ch * 16
-        for h in range(4):
-            _copy16(s, so + dst + h * 4096, a, m0 + r + 32 * h, k, M, K, vec)
-            _copy16(s, so + TILE5 + dst + h * 4096, b, n0 + r + 32 * h, k, N, K, vec)
-
-    @cuda.jit(device=True)
-    def issue(part, s, base, so, wg):
-        """The four wgmma of one K-group into `part` (scale-d 0 first: part = A B), committed as one group."""
-        desc_a = ptx.smem_descriptor(base + so + wg * 64 * 128, 16, 1024, 1)
-        desc_b = ptx.smem_descriptor(base + so + TILE5, 16, 1024, 1)
-        fence(part)
-        for kk in range(BK5 // 32):
-            wgmma(part, s, desc_a + 2 * kk, desc_b + 2 * kk, kk)
-        ptx.wgmma_commit_group()
-
-    @cuda.jit(device=True)
-    def promote(part, total, sa, sb, row0, n0, t4, M, N, g):
-        _promote_wgmma(part, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, g)
+        """Both 128 x 128 tiles of a K-group, swizzled (the load path `vec` compiled in)."""
+        _load_swizzled_tile(s, so, a, m0, k0, M, K, vec, tid)
+        _load_swizzled_tile(s, so + TILE5, b, n0, k0, N, K, vec, tid)
 
     @cuda.jit(device=True)
     def step(kt, nk, cur, nxt, total, smem, base, pad, a, b, sa, sb, m0, n0, M, N, K, tid, wg, row0, t4):
@@ -702,9 +698,9 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
         if ld < nk:
             load_stage(smem, pad + (ld % STAGES5) * STAGE5, a, b, m0, n0, ld * BK5, M, N, K, tid)
         ptx.cp_async_commit()
-        issue(nxt, smem, base, pad + ((kt + 1) % STAGES5) * STAGE5, wg)
+        issue(nxt, smem, base, pad + ((kt + 1) % STAGES5) * STAGE5, wg, 0)
         wait_one(cur)  # at most one group pending: group kt is complete
-        promote(cur, total, sa, sb, row0, n0, t4, M, N, kt)
+        _promote_wgmma(cur, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, kt)
 
     @cuda.jit
     def fp8_gemm_kernel6(a, sa, b, sb, c):
@@ -736,7 +732,7 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
         first_copies()
         ptx.fence_proxy_async()
         cuda.syncthreads()
-        issue(p0, smem, base, pad, wg)
+        issue(p0, smem, base, pad, wg, 0)
         kt = 0
         # two groups per trip, so that p0 and p1 are fixed registers, never indexed at run time; no branch
         # touches them inside the loop (a merge would copy accumulators while a wgmma writes them)
@@ -747,10 +743,10 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
         if kt + 1 < nk:  # the last two groups (kt in p0 is in flight)
             step(kt, nk, p0, p1, total, smem, base, pad, a, b, sa, sb, m0, n0, M, N, K, tid, wg, row0, t4)
             wait_all(p1)
-            promote(p1, total, sa, sb, row0, n0, t4, M, N, kt + 1)
+            _promote_wgmma(p1, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, kt + 1)
         else:  # the last group
             wait_all(p0)
-            promote(p0, total, sa, sb, row0, n0, t4, M, N, kt)
+            _promote_wgmma(p0, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, kt)
         _store_wgmma(c, total, row0, n0, t4, M, N)
 
     return fp8_gemm_kernel6
@@ -806,27 +802,21 @@ def _check_options(accum_bits, promote_every, fine: bool):
     return bits, 0 if promote is None else promote
 
 
-WGMMA_CC = (9, 0)  # wgmma exists on sm_90a only (PTX ISA): H100, H200, H800
-MMA_FP8_CC = (8, 9)  # FP8 mma.sync: sm_89 and newer
-
-
 def best_version() -> int:
     """BEST where the device can run it: 6 on sm_90 (wgmma), 4 on other GPUs from sm_89 (FP8 mma.sync), else 3;
     BEST under the simulator."""
     cc = runtime.compute_capability()
-    if cc is None or cc == WGMMA_CC:
+    if cc is None or cc == ptx.WGMMA_CC:
         return BEST
-    return 4 if cc >= MMA_FP8_CC else 3
+    return 4 if cc >= ptx.MMA_FP8_CC else 3
 
 
 def check_device(version: int) -> None:
     """ValueError naming the version when this GPU cannot run it (wgmma: sm_90 only; FP8 mma.sync: sm_89+)."""
     if version in (5, 6):
-        runtime.require_capability("wgmma, which needs an sm_90 GPU (H100, H200, H800: compute capability 9.0)",
-                                   version, lambda cc: cc == WGMMA_CC)
+        ptx.require_wgmma(version)
     elif version == 4:
-        runtime.require_capability("FP8 mma.sync, which needs compute capability 8.9 or newer", version,
-                                   lambda cc: cc >= MMA_FP8_CC)
+        ptx.require_mma_fp8(version)
 
 
 def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None):

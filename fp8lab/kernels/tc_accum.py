@@ -114,13 +114,8 @@ def probe(a_codes, b_codes, c, version=None, fmt_a: str = "e4m3", fmt_b: str = "
     """D (R, 8) float32 = C + decode(a) @ decode(b).T, each 16 (version 1) or 64 (version 2) rows by one tensor-core
     instruction. a_codes (R, 32) uint8, b_codes (8, 32) uint8, c (R, 8) float32 (NumPy arrays)."""
     a, b, c, version = _check(a_codes, b_codes, c, version)
-    if version == 1:
-        runtime.require_capability("FP8 mma.sync, which needs compute capability 8.9 or newer", version,
-                                   lambda cc: cc >= (8, 9))
-    else:
-        runtime.require_capability("wgmma, which needs an sm_90 GPU (H100, H200, H800)", version,
-                                   lambda cc: cc == (9, 0))
-    fmt_a, fmt_b = (formats.get_format(f).name for f in (fmt_a, fmt_b))
+    (ptx.require_mma_fp8 if version == 1 else ptx.require_wgmma)(version)
+    fmt_a, fmt_b = spec.fmt_name(fmt_a, "fmt_a"), spec.fmt_name(fmt_b, "fmt_b")
     d = bench.poisoned(c.shape, np.float32)
     args = (cuda.to_device(np.ascontiguousarray(a)), cuda.to_device(np.ascontiguousarray(b)),
             cuda.to_device(np.ascontiguousarray(c)), d)
@@ -136,12 +131,7 @@ def probe(a_codes, b_codes, c, version=None, fmt_a: str = "e4m3", fmt_b: str = "
 
 def reference(a_codes, b_codes, c, fmt_a: str = "e4m3", fmt_b: str = "e4m3") -> np.ndarray:
     """What the twins compute: C + the products in k order, each sum rounded to float32 (exact products)."""
-    A = formats.decode(np.asarray(a_codes, np.uint8), fmt_a).astype(np.float32)
-    B = formats.decode(np.asarray(b_codes, np.uint8), fmt_b).astype(np.float32)
-    d = np.asarray(c, np.float32).copy()
-    for k in range(A.shape[1]):
-        d = (d + A[:, k : k + 1] * B[None, :, k]).astype(np.float32)
-    return d
+    return ptx.mma_m16n8k32_reference(a_codes, b_codes, c, fmt_a, fmt_b)  # row by row, any number of rows
 
 
 def exact(a_codes, b_codes, c, fmt_a: str = "e4m3", fmt_b: str = "e4m3") -> np.ndarray:

@@ -75,6 +75,20 @@ CVT_F16X2_E5M2X2 = "cvt.rn.f16x2.e5m2x2"
 MMA_M16N8K32_E4M3 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
 
 _F32_ZERO = np.float32(0.0)
+WGMMA_CC = (9, 0)  # wgmma exists on the sm_90a target only (PTX ISA): H100, H200, H800
+MMA_FP8_CC = (8, 9)  # FP8 mma.sync: sm_89 and newer
+
+
+def require_wgmma(version) -> None:
+    """ValueError naming `version` unless this GPU runs wgmma (nothing under the simulator: the twins run)."""
+    runtime.require_capability("wgmma, which needs an sm_90 GPU (H100, H200, H800: compute capability 9.0)",
+                               version, lambda cc: cc == WGMMA_CC)
+
+
+def require_mma_fp8(version) -> None:
+    """ValueError naming `version` unless this GPU runs FP8 mma.sync."""
+    runtime.require_capability("FP8 mma.sync, which needs compute capability 8.9 or newer", version,
+                               lambda cc: cc >= MMA_FP8_CC)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -533,11 +547,11 @@ def pack_mma_m16n8k32(a_codes, b_codes):
 _MMA_LAYOUT = mma_m16n8k32_layout()
 
 
-def mma_m16n8k32_reference(a_codes, b_codes, c, fmt: str = "e4m3") -> np.ndarray:
-    """D (16, 8) float32 = decode(a) @ decode(b).T + c, summed in FP32 in k order (what the twin computes)."""
-    f = formats.get_format(fmt)
-    a = formats.decode(np.asarray(a_codes, np.uint8), f).astype(np.float32)
-    b = formats.decode(np.asarray(b_codes, np.uint8), f).astype(np.float32)
+def mma_m16n8k32_reference(a_codes, b_codes, c, fmt: str = "e4m3", fmt_b: str | None = None) -> np.ndarray:
+    """D (16, 8) float32 = decode(a) @ decode(b).T + c, summed in FP32 in k order (what the twins compute); a in
+    format fmt, b in fmt_b (default: fmt). Any number of rows of a works the same (row by row)."""
+    a = formats.decode(np.asarray(a_codes, np.uint8), formats.get_format(fmt)).astype(np.float32)
+    b = formats.decode(np.asarray(b_codes, np.uint8), formats.get_format(fmt_b or fmt)).astype(np.float32)
     d = np.asarray(c, np.float32).copy()
     for k in range(a.shape[1]):  # products of FP8 values are exact in float32; the sums round
         d = (d + a[:, k : k + 1] * b[None, :, k]).astype(np.float32)
@@ -778,8 +792,10 @@ else:
 @functools.lru_cache(maxsize=None)
 def mma_m16n8k32(fa: str = "e4m3", fb: str = "e4m3"):
     """The mma.sync m16n8k32 of A in format fa and B in fb (float32 C and D), hardware or twin."""
+    if (fa, fb) == ("e4m3", "e4m3"):
+        return mma_m16n8k32_e4m3
     if HARDWARE:
-        return mma_m16n8k32_e4m3 if (fa, fb) == ("e4m3", "e4m3") else mma_intrinsic(mma_instruction(fa, fb))
+        return mma_intrinsic(mma_instruction(fa, fb))
     return cuda.jit(device=True)(_twin_mma(fa, fb))
 
 
