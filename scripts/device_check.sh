@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (the device tool): every gpu test, the small tests on the GPU, the CLI, the
-# benchmarks. Logs and the loss plot go to $OUT. Needs the wheels from ../shared/tools/device-wheels.sh in .whl.
+# benchmarks. Logs and the loss plot go to $OUT. Needs, in .whl, offline wheels of the test dependencies (nbval,
+# pytest, numpy<2.5, ...) for a machine that has torch and numba-cuda but no network.
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" && export MPLBACKEND=Agg || exit 1
