@@ -17,7 +17,8 @@ _PUBLIC = {
     "E4M3": "formats", "E5M2": "formats", "E8M0": "formats", "encode": "formats", "decode": "formats",
     "QuantizedTensor": "quant", "quantize": "quant", "dequantize": "quant", "requantize_tile_to_col": "quant",
     "DelayedScaling": "scaling", "gemm": "kernels.gemm", "fp8_gemm": "kernels.fp8_gemm",
-    "train": "training", "History": "training", "RECIPES": "training", "TrainingDiverged": "training",
+    "train": "training", "History": "training", "RECIPES": "training", "TASKS": "training",
+    "TrainingDiverged": "training",
 }
 
 __all__ = ["info", *_PUBLIC]

@@ -238,11 +238,12 @@ def _versions() -> str:
     return ", ".join(out)
 
 
-def _markdown(module, short, checks, tables, seconds) -> str:
+def _markdown(module, short, checks, tables, seconds, flags=()) -> str:
     dev = runtime.device_info()
     where = dev["name"] if runtime.IS_SIM else f"{dev['name']} ({dev['sms']} SMs, cc {dev['cc']})"
+    command = " ".join(["fp8lab bench", short, "--markdown", *flags])
     lines = [f"### {short}: {(module.__doc__ or '').strip().splitlines()[0]}", "",
-             f"`fp8lab bench {short} --markdown` · {datetime.date.today().isoformat()} · {where} · "
+             f"`{command}` · {datetime.date.today().isoformat()} · {where} · "
              f"{_versions()} · {seconds:.0f} s", "",
              f"Checks before timing: {len(checks)} passed ({'; '.join(c[0] for c in checks[:4])}"
              f"{'; ...' if len(checks) > 4 else ''}).", ""]
@@ -281,7 +282,9 @@ def main(module_name: str, argv=None) -> int:
         return 0
     tables = module.timings(rng, args)
     if args.markdown:
-        print(_markdown(module, short, checks, tables, time.perf_counter() - t0))
+        flags = [f for f, kw in getattr(module, "OPTIONS", {}).items()
+                 if kw.get("action") == "store_true" and getattr(args, f.lstrip("-").replace("-", "_"))]
+        print(_markdown(module, short, checks, tables, time.perf_counter() - t0, flags))
         return 0
     name = runtime.device_info()["name"]
     for t in tables:

@@ -34,16 +34,20 @@ def _output_path(flag: str, path: str) -> str:
 
 def _train(args) -> int:
     import fp8lab as fl
+    from . import corpus
 
     if args.json:
         _output_path("--json", args.json)
     if not args.no_plot:
         _output_path("--plot", args.plot)
 
-    recipes = [args.recipe] if args.recipe == "fp32" or args.no_baseline else ["fp32", args.recipe]
-    common = dict(steps=args.steps, seed=args.seed, batch=args.batch, d_in=args.d_in, d_out=args.d_out,
-                  lr=args.lr, optimizer=args.optimizer, noise=args.noise, engine=args.engine,
-                  progress=not args.no_progress)
+    baselines = ["fp32"] if args.task == "teacher" else ["fp32", "bf16"]
+    recipes = [args.recipe] if args.no_baseline else [r for r in baselines if r != args.recipe] + [args.recipe]
+    # every option goes through: fl.train names any that does not apply to the task
+    common = dict(steps=args.steps, seed=args.seed, batch=args.batch, lr=args.lr, optimizer=args.optimizer,
+                  engine=args.engine, progress=not args.no_progress, task=args.task, d_in=args.d_in,
+                  d_out=args.d_out, noise=args.noise, context=args.context, embed=args.embed, hidden=args.hidden,
+                  blocks=args.blocks, moments=args.moments, eval_every=args.eval_every)
     hists = []
     for r in recipes:
         try:
@@ -52,14 +56,28 @@ def _train(args) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
     h0 = hists[0]
-    print(f"\nbackend {h0.backend}, engine {h0.engine}: batch {h0.batch}, {h0.d_in} -> {h0.d_out}, "
-          f"{h0.steps} steps, {h0.optimizer} lr {h0.lr:g}, seed {h0.seed}; noise floor {h0.floor:.4f}")
-    print(f"{'recipe':<12} {'final loss':>11} {'vs fp32':>8} {'eval':>8} {'EMA eval':>9} {'time':>8}")
-    base = hists[0].final_loss if hists[0].recipe == "fp32" else None
-    for h in hists:
-        rel = "-" if base is None else f"{(h.final_loss - base) / base:+.2%}"
-        print(f"{h.recipe:<12} {h.final_loss:>11.5f} {rel:>8} {h.eval_loss:>8.5f} {h.ema_loss:>9.5f} "
-              f"{h.seconds:>7.1f}s")
+    if args.task == "teacher":
+        print(f"\nbackend {h0.backend}, engine {h0.engine}: batch {h0.batch}, {h0.d_in} -> {h0.d_out}, "
+              f"{h0.steps} steps, {h0.optimizer} lr {h0.lr:g}, seed {h0.seed}; noise floor {h0.floor:.4f}")
+        print(f"{'recipe':<12} {'final loss':>11} {'vs fp32':>8} {'eval':>8} {'EMA eval':>9} {'time':>8}")
+        base = hists[0].final_loss if hists[0].recipe == "fp32" else None
+        for h in hists:
+            rel = "-" if base is None else f"{(h.final_loss - base) / base:+.2%}"
+            print(f"{h.recipe:<12} {h.final_loss:>11.5f} {rel:>8} {h.eval_loss:>8.5f} {h.ema_loss:>9.5f} "
+                  f"{h.seconds:>7.1f}s")
+    else:
+        m = h0.model
+        print(f"\nTiny Shakespeare, backend {h0.backend}, engine {h0.engine}: {h0.batch} windows of {m['context']} "
+              f"characters per step, width {m['context'] * m['embed']}, SwiGLU {m['hidden']}, {m['blocks']} blocks; "
+              f"{h0.steps} steps, AdamW lr {h0.lr:g}, seed {h0.seed}")
+        print(f"{'recipe':<13} {'moments':>7} {'train':>7} {'val (nats)':>10} {'val bpc':>8} {'vs fp32':>8} "
+              f"{'vs bf16':>8} {'EMA bpc':>8} {'step':>9}")
+        ref = {h.recipe: h.eval_loss for h in hists}
+        for h in hists:
+            rel = [f"{(h.eval_loss - ref[b]) / ref[b]:+.2%}" if b in ref else "-" for b in ("fp32", "bf16")]
+            print(f"{h.recipe:<13} {h.model['moments']:>7} {h.final_loss:>7.4f} {h.eval_loss:>10.4f} "
+                  f"{h.eval_bpc:>8.4f} {rel[0]:>8} {rel[1]:>8} {corpus.bits_per_char(h.ema_loss):>8.4f} "
+                  f"{h.step_ms:>7.1f}ms")
     if args.json:
         import json
 
@@ -138,20 +156,32 @@ def _main(argv: list[str]) -> int:
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     i = sub.add_parser("info", help="backend, device and library versions")
 
-    t = sub.add_parser("train", help="train the FP8 layer (and an FP32 baseline) and plot the loss")
+    t = sub.add_parser("train", help="train with an FP8 recipe (and baselines) and plot the loss")
     for sp in (i, t):
         sp.add_argument("--backend", choices=("gpu", "sim"), default=argparse.SUPPRESS,
                         help="force a backend (also accepted before the command)")
-    t.add_argument("--recipe", default="fp8-tensor", choices=("fp32", "fp8-tensor"),
-                   help="the FP8 recipe to train, beside an FP32 baseline (default: %(default)s)")
-    t.add_argument("--steps", type=int, help="default: 600 on a GPU, 20 on the simulator")
+    t.add_argument("--task", default="teacher", choices=("teacher", "chars"),
+                   help="teacher: one Linear + RMSNorm layer fitted to a teacher; chars: a character-level language "
+                        "model of Tiny Shakespeare (default: %(default)s)")
+    t.add_argument("--recipe", default="fp8-tensor", choices=("fp32", "bf16", "fp8-tensor", "fp8-deepseek"),
+                   help="the recipe to train, beside an FP32 baseline (chars: and a BF16 one) (default: %(default)s)")
+    t.add_argument("--steps", type=int, help="default: 600 (teacher) or 1000 (chars) on a GPU; 20 or 3 on the "
+                                             "simulator")
     t.add_argument("--seed", type=int, default=0, help="default: %(default)s")
-    t.add_argument("--batch", type=int, help="default: 64 on a GPU, 8 on the simulator")
-    t.add_argument("--d-in", type=int, help="input features; default: 512 on a GPU, 32 on the simulator")
-    t.add_argument("--d-out", type=int, help="output features; default: 256 on a GPU, 16 on the simulator")
-    t.add_argument("--lr", type=float, help="default: 1e-3 on a GPU, 5e-2 on the simulator")
-    t.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
-    t.add_argument("--noise", type=float, default=0.5, help="target noise std; the loss floor is its square")
+    t.add_argument("--batch", type=int, help="teacher: rows, default 64 on a GPU, 8 on the simulator; chars: "
+                                             "windows per step, default 16384 on a GPU, 8 on the simulator")
+    t.add_argument("--d-in", type=int, help="teacher: input features; default: 512 on a GPU, 32 on the simulator")
+    t.add_argument("--d-out", type=int, help="teacher: output features; default: 256 on a GPU, 16 on the simulator")
+    t.add_argument("--lr", type=float, help="default: 1e-3 on a GPU; teacher 5e-2, chars 3e-3 on the simulator")
+    t.add_argument("--optimizer", choices=("adam", "sgd", "adamw"), help="teacher: adam (default) or sgd; chars: adamw")
+    t.add_argument("--noise", type=float, default=0.5, help="teacher: target noise std; the loss floor is its square")
+    t.add_argument("--context", type=int, help="chars: characters the model sees (default 16 on a GPU, 2 simulated)")
+    t.add_argument("--embed", type=int, help="chars: embedding width per character (default 64; 16 simulated)")
+    t.add_argument("--hidden", type=int, help="chars: SwiGLU width (default 2048; 16 simulated)")
+    t.add_argument("--blocks", type=int, help="chars: residual blocks (default 4; 1 simulated)")
+    t.add_argument("--moments", choices=("bf16", "fp32"),
+                   help="chars: AdamW moments' storage (default: bf16 in fp8-deepseek, else fp32)")
+    t.add_argument("--eval-every", type=int, help="chars: steps between validation losses (default 100; 3 simulated)")
     t.add_argument("--engine", default="kernels", choices=("kernels", "reference"),
                    help="Numba-CUDA kernels, or the same arithmetic in NumPy")
     t.add_argument("--no-baseline", action="store_true", help="skip the FP32 run")

@@ -59,6 +59,7 @@ import numpy as np
 from ._validate import describe as _describe
 
 __all__ = [
+    "round_bf16",
     "Format",
     "E4M3",
     "E5M2",
@@ -407,3 +408,14 @@ def describe_code(code, fmt=E4M3) -> str:
     else:
         significand, exponent = 1 + mf / (1 << fmt.mbits), ef - fmt.bias
     return f"{fields} = {sign}{significand!r} * 2^{exponent} = {_fmt_number(v)}"
+
+
+def round_bf16(x) -> np.ndarray:
+    """float32 x rounded to the nearest bfloat16 (ties to even), returned as float32: the top 16 bits of the float32
+    kept (1 sign, 8 exponent, 7 mantissa bits). NaN stays NaN; values past bfloat16's largest finite number round to
+    Inf, as a conversion instruction does (cvt.rn.bf16.f32)."""
+    x = np.asarray(x, dtype=np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    out = r.astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(x), x, out).astype(np.float32)

@@ -45,11 +45,15 @@ else:
 SIZES = {
     "sim": {
         "train": dict(batch=8, d_in=32, d_out=16, steps=20, lr=5e-2, ema_decay=0.9),
+        "chars": dict(batch=8, context=2, embed=16, hidden=16, blocks=1, steps=3, lr=3e-3, ema_decay=0.9,
+                      eval_every=3, eval_batches=1),
         "bench": dict(n=4096),
         "gemm_tile": 8,
     },
     "gpu": {
         "train": dict(batch=64, d_in=512, d_out=256, steps=600, lr=1e-3, ema_decay=0.99),
+        "chars": dict(batch=16384, context=16, embed=64, hidden=2048, blocks=4, steps=1000, lr=1e-3,
+                      ema_decay=0.999, eval_every=100, eval_batches=4),
         "bench": dict(n=1 << 28),
         "gemm_tile": 16,
     },

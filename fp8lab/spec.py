@@ -76,6 +76,8 @@ MAX_GROUP = 1024
 POISON_CODE = 0x7F
 """The code of every element of a NaN/Inf group (a NaN in E4M3 and in E5M2)."""
 E8M0_NAN = 0xFF
+# RMSNorm's eps, rstd = 1 / sqrt(mean(y^2) + eps): kernels.rmsnorm and kernels.norm_quant share it.
+RMSNORM_EPS = np.float32(1e-6)
 
 _F32_MAX = np.float32(np.finfo(np.float32).max)
 _ONE = np.float32(1.0)

@@ -14,6 +14,14 @@ Recipes:
               Transformer Engine's Float8CurrentScaling; accumulation in FP32. The input gradient (Dgrad)
               is not needed: x is data.
 
+  bf16        (task "chars"; on "teacher" too) the GEMM inputs rounded to bfloat16, FP32 accumulation.
+  fp8-deepseek  DeepSeek-V3's recipe: E4M3 with activations and gradients in 1 x 128 tiles, weights in 128 x 128
+              blocks, Wgrad from the cached FP8 input re-quantized to 128 x 1 tiles (fp8lab.lm says more).
+
+Tasks: "teacher" (the default, above) and "chars": a character-level language model of Tiny Shakespeare
+(fp8lab.lm: embedding, residual SwiGLU blocks, RMSNorm, output head, cross-entropy) trained with AdamW, validation
+loss in bits per character.
+
 Engines: "kernels" runs the Numba-CUDA kernels (GPU or simulator); "reference" runs the same arithmetic in
 NumPy float32. Both draw the same batches from `seed`, so their curves agree to within REFERENCE_RTOL.
 """
@@ -28,17 +36,19 @@ import time
 import numpy as np
 
 from . import _validate as V
-from . import formats, runtime, spec
+from . import corpus, formats, lm, lm_engine, runtime, spec
 from .kernels import elementwise, gemm_nt, loss as loss_k, optim, rmsnorm
 from .kernels.quantize import TensorQuantizer
 
-RECIPES = ("fp32", "fp8-tensor")
+RECIPES = lm.RECIPES
+TASKS = ("teacher", "chars")
 ENGINES = ("kernels", "reference")
-OPTIMIZERS = ("adam", "sgd")
+OPTIMIZERS = ("adam", "sgd", "adamw")
+MOMENTS = ("bf16", "fp32")
 # Largest relative difference between the kernel and NumPy-reference loss at any step (measured in
 # tests/test_train.py): the two sum in different orders, and in FP8 a last-bit difference can move a value
 # across a rounding boundary of the E4M3 grid.
-REFERENCE_RTOL = {"fp32": 1e-4, "fp8-tensor": 2e-2}
+REFERENCE_RTOL = {"fp32": 1e-4, "bf16": 1e-3, "fp8-tensor": 2e-2, "fp8-deepseek": 2e-2}
 # A loss this many times the first step's counts as diverged. Runs that learn stay below 1.2x (the first step's
 # loss is the initial weights'); under the simulator's defaults Adam at lr 10 peaks near 40x and recovers, while
 # lr 100 reaches 4000x and lr 1e10 1e19x (the RMSNorm gain explodes).
@@ -69,14 +79,27 @@ class History:
     optimizer: str
     noise: float
     loss: list = dataclasses.field(default_factory=list)  # per-step training loss (floats)
-    eval_loss: float = float("nan")  # final weights, FP32 forward, held-out batch
-    ema_loss: float = float("nan")  # EMA weights, same batch
+    eval_loss: float = float("nan")  # final weights, held-out data (teacher: FP32 forward; chars: the recipe's)
+    ema_loss: float = float("nan")  # EMA weights, same data
     seconds: float = 0.0
+    task: str = "teacher"
+    model: dict = dataclasses.field(default_factory=dict)  # chars: the fp8lab.lm.Config and the moments' format
+    val_loss: list = dataclasses.field(default_factory=list)  # chars: [step, validation loss in nats] pairs
 
     @property
     def floor(self) -> float:
-        """The loss a perfect student reaches: the variance of the target noise."""
-        return self.noise**2
+        """The loss a perfect student reaches: the variance of the target noise (teacher task; NaN for chars)."""
+        return self.noise**2 if self.task == "teacher" else float("nan")
+
+    @property
+    def eval_bpc(self) -> float:
+        """chars: the final validation loss in bits per character."""
+        return corpus.bits_per_char(self.eval_loss)
+
+    @property
+    def step_ms(self) -> float:
+        """Mean wall time of a training step, milliseconds."""
+        return 1e3 * self.seconds / max(1, len(self.loss))
 
     @property
     def final_loss(self) -> float:
@@ -155,11 +178,13 @@ class _KernelStep:
         self.dy = cuda.device_array((B, N), np.float32)
         self.gy = cuda.device_array((B, N), np.float32)
         self.loss = loss_k.MSELoss((B, N))
-        if self.fp8:
+        # bf16 and fp8-deepseek run the capstone's Linear (fp8lab.lm_engine); x is data, so no Dgrad
+        self.lin = lm_engine.DeviceLinear(recipe, B, N, K) if recipe in ("bf16", "fp8-deepseek") else None
+        if self.lin is None and self.fp8:
             self.qx = TensorQuantizer((B, K), transpose=True)  # codes for Fprop and, transposed, Wgrad
             self.qw = TensorQuantizer((N, K))
             self.qdy = TensorQuantizer((B, N), transpose=True)
-        else:
+        elif self.lin is None:
             self.xt = cuda.device_array((K, B), np.float32)
             self.dyt = cuda.device_array((N, B), np.float32)
         self.opt = optim.Adam(init.size, lr=lr) if optimizer == "adam" else optim.SGD(init.size, lr=lr)
@@ -170,7 +195,9 @@ class _KernelStep:
     def __call__(self, x, t) -> float:
         self.x.copy_to_device(x)
         self.t.copy_to_device(t)
-        if self.fp8:
+        if self.lin is not None:
+            self.lin.forward(self.x, self.w, self.y)
+        elif self.fp8:
             qx, qw = self.qx(self.x), self.qw(self.w)
             gemm_nt.launch(qx.codes, qx.scale, qw.codes, qw.scale, self.y)  # Fprop
         else:
@@ -181,7 +208,9 @@ class _KernelStep:
         rmsnorm.backward(self.loss.dz, self.y, self.g, self.rstd, self.dy, self.gy)
         elementwise.colsum(self.dy, self.db)
         elementwise.colsum(self.gy, self.dg)
-        if self.fp8:
+        if self.lin is not None:
+            self.lin.backward(self.dy, None, self.dw)  # Wgrad only
+        elif self.fp8:
             qdy = self.qdy(self.dy)
             gemm_nt.launch(qdy.codes_t, qdy.scale, self.qx.codes_t, self.qx.scale, self.dw)  # Wgrad
         else:
@@ -202,6 +231,7 @@ class _ReferenceStep:
     def __init__(self, recipe, data: Data, lr, optimizer):
         N, K = data.d_out, data.d_in
         self.fp8 = recipe == "fp8-tensor"
+        self.lin = lm.Linear(recipe) if recipe in ("bf16", "fp8-deepseek") else None
         self.N, self.K = N, K
         self.params = np.concatenate([data.student_w.ravel(), np.zeros(N, np.float32), np.ones(N, np.float32)])
         self.m = np.zeros_like(self.params)
@@ -215,7 +245,9 @@ class _ReferenceStep:
     def __call__(self, x, t) -> float:
         f32 = np.float32
         w, b, g = self._views(self.params)
-        if self.fp8:
+        if self.lin is not None:
+            y = self.lin.forward(x, w)
+        elif self.fp8:
             qx, sx, _ = spec.quantize_tensor(x)
             qw, sw, _ = spec.quantize_tensor(w)
             y = (formats.decode(qx) @ formats.decode(qw).T) * sx * sw
@@ -231,7 +263,9 @@ class _ReferenceStep:
         dy = (rstd[:, None] * g * dz - (rstd**3 * dot / f32(y.shape[1]))[:, None] * y).astype(f32)
         db = dy.sum(axis=0)
         dg = (dz * y * rstd[:, None]).sum(axis=0)
-        if self.fp8:
+        if self.lin is not None:
+            dw = self.lin.backward(dy)[1]
+        elif self.fp8:
             qdy, sdy, _ = spec.quantize_tensor(dy)
             dw = (formats.decode(qdy).T @ formats.decode(qx)) * sdy * sx
         else:
@@ -253,17 +287,30 @@ def train(
     steps: int | None = None,
     seed: int = 0,
     *,
+    task: str = "teacher",
     batch: int | None = None,
     d_in: int | None = None,
     d_out: int | None = None,
     lr: float | None = None,
-    optimizer: str = "adam",
+    optimizer: str | None = None,
     noise: float = 0.5,
     ema_decay: float | None = None,
     engine: str = "kernels",
     progress: bool = True,
+    context: int | None = None,
+    embed: int | None = None,
+    hidden: int | None = None,
+    blocks: int | None = None,
+    moments: str | None = None,
+    eval_every: int | None = None,
 ) -> History:
-    """Train the layer and return its History (per-step losses in `history.loss`).
+    """Train on `task` with `recipe` and return its History (per-step losses in `history.loss`).
+
+    task="teacher" (default): the Linear + bias + RMSNorm layer fitted to a teacher (d_in, d_out, noise; optimizer
+    "adam" or "sgd"). task="chars": the character-level language model of fp8lab.lm on Tiny Shakespeare (context,
+    embed, hidden, blocks; AdamW; `moments` "bf16" or "fp32", default "bf16" in fp8-deepseek and "fp32" otherwise;
+    validation loss every `eval_every` steps in history.val_loss and at the end in history.eval_loss, nats).
+    Options of the other task raise a ValueError naming them.
 
     Sizes, steps, lr and ema_decay default to the backend's (runtime.sizes("train")): on a GPU the original
     program's batch 64, input 512, output 256, lr 1e-3 (600 steps); under the simulator batch 8, 32 -> 16,
@@ -274,13 +321,18 @@ def train(
     numbers alike); progress: a bool.
     """
     V.choice("recipe", recipe, RECIPES)
+    V.choice("task", task, TASKS)
     V.choice("engine", engine, ENGINES)
-    V.choice("optimizer", optimizer, OPTIMIZERS)
-    defaults = runtime.sizes("train")
+    other = {"teacher": (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks),
+                         ("moments", moments), ("eval_every", eval_every)),
+             "chars": (("d_in", d_in), ("d_out", d_out), ("noise", None if noise == 0.5 else noise))}[task]
+    given = [n for n, v in other if v is not None]
+    if given:
+        owner = "chars" if task == "teacher" else "teacher"
+        raise ValueError(f"{', '.join(given)}: only for task={owner!r}, got task={task!r}")
+    defaults = runtime.sizes("train" if task == "teacher" else "chars")
     steps = V.positive_int("steps", defaults["steps"] if steps is None else steps)
     batch = V.positive_int("batch", defaults["batch"] if batch is None else batch)
-    d_in = V.positive_int("d_in", defaults["d_in"] if d_in is None else d_in)
-    d_out = V.positive_int("d_out", defaults["d_out"] if d_out is None else d_out)
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be a non-negative int, got {V.describe(seed)}")
     if seed < 0:
@@ -288,13 +340,29 @@ def train(
     seed = int(seed)  # History stores it: a NumPy integer would not serialize to JSON
     lr = V.positive_float("lr", defaults["lr"] if lr is None else lr)
     ema_decay = defaults["ema_decay"] if ema_decay is None else ema_decay
-    noise = V.positive_float("noise", noise)
     if isinstance(ema_decay, (bool, np.bool_)) or not isinstance(ema_decay, numbers.Real):
         raise TypeError(f"ema_decay must be a number in [0, 1), got {V.describe(ema_decay)}")
     if not 0 <= ema_decay < 1:  # NaN fails too
         raise ValueError(f"ema_decay must be a number in [0, 1), got {ema_decay!r}")
     ema_decay = float(ema_decay)
     progress = V.boolean("progress", progress)
+    optimizer = ("adam" if task == "teacher" else "adamw") if optimizer is None else optimizer
+    V.choice("optimizer", optimizer, OPTIMIZERS)
+    if (optimizer == "adamw") != (task == "chars"):
+        raise ValueError(f"optimizer must be {'adamw' if task == 'chars' else 'adam or sgd'} for task={task!r}, got "
+                         f"{optimizer!r}")
+    if task == "chars":
+        cfg = lm.Config(corpus.load().vocab_size,
+                        *(V.positive_int(n, defaults[n] if v is None else v) for n, v in
+                          (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks))))
+        moments = ("bf16" if recipe == "fp8-deepseek" else "fp32") if moments is None else moments
+        V.choice("moments", moments, MOMENTS)
+        eval_every = V.positive_int("eval_every", defaults["eval_every"] if eval_every is None else eval_every)
+        return _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
+                            defaults["eval_batches"])
+    d_in = V.positive_int("d_in", defaults["d_in"] if d_in is None else d_in)
+    d_out = V.positive_int("d_out", defaults["d_out"] if d_out is None else d_out)
+    noise = V.positive_float("noise", noise)
 
     if engine == "kernels":  # warns once if the simulator would take minutes
         runtime.sim_check("fl.train", (batch, d_in, d_out), steps=steps)
@@ -336,4 +404,88 @@ def train(
     hist.seconds = time.perf_counter() - start
     hist.eval_loss = _mse(forward_fp32(data.eval_x, *step.weights()), data.eval_t)
     hist.ema_loss = _mse(forward_fp32(data.eval_x, *ema), data.eval_t)
+    return hist
+
+
+def _first_nonfinite(named) -> str | None:
+    """The name of the first array in `named` ({name: NumPy array}) holding NaN or Inf, else None."""
+    return next((k for k, a in named.items() if not np.isfinite(a).all()), None)
+
+
+def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
+                 eval_batches) -> History:
+    """task="chars" (see train): AdamW on fp8lab.lm's model, validation loss on fixed windows."""
+    c = corpus.load()
+    params = lm.init_params(cfg, seed)
+    if engine == "kernels":
+        runtime.sim_check("fl.train", (batch, cfg.width, 2 * cfg.hidden), steps=steps)
+        model = lm_engine.KernelModel(cfg, recipe, batch, params)
+        P = model.params
+        opt = optim.AdamW(P.size, lr=lr, decay=P.mask(lm.DECAYED), moments=moments)
+
+        def step(ids, tgt):
+            return model.loss(ids, tgt), lambda: P.host(P.grad)
+
+        def update():
+            opt.step(P.flat, P.grad)
+
+        def weights():
+            return P.host()
+
+        def evaluate(p):
+            evaluator = lm_engine.KernelModel(cfg, recipe, batch, p) if p is not None else model
+            return np.mean([evaluator.loss(i, t, grads=False) for i, t in val])
+    else:
+        model = lm.Model(cfg, recipe)
+        opt = lm.AdamW(params, lr, moments=moments)
+        grads = {}
+
+        def step(ids, tgt):
+            loss, g = model.loss(params, ids, tgt)
+            grads.update(g)
+            return loss, lambda: grads
+
+        def update():
+            opt.step(params, grads)
+
+        def weights():
+            return {k: v.copy() for k, v in params.items()}
+
+        def evaluate(p):
+            return np.mean([model.loss(params if p is None else p, i, t, False) for i, t in val])
+
+    ids_all, tgt_all = c.eval_windows("val", eval_batches * batch, cfg.context)
+    val = [(ids_all[k * batch:(k + 1) * batch], tgt_all[k * batch:(k + 1) * batch]) for k in range(eval_batches)]
+    stream = np.random.default_rng([seed, 2])
+    hist = History(recipe, engine, runtime.backend, batch, 0, 0, steps, seed, lr, "adamw", 0.0,
+                   task="chars", model=dict(dataclasses.asdict(cfg), moments=moments))
+    ema = weights()
+
+    from tqdm.auto import tqdm  # a widget in Jupyter, text in a terminal
+
+    bar = tqdm(range(1, steps + 1), desc=f"{recipe} (chars, {engine}, {runtime.backend})", disable=not progress,
+               unit="step", leave=True)
+    start = time.perf_counter()
+    for i in bar:
+        ids, tgt = c.batch(stream, "train", batch, cfg.context)
+        with V.no_float_warnings():
+            value, grads_of = step(ids, tgt)
+        if not np.isfinite(value) or (hist.loss and value > DIVERGENCE_FACTOR * hist.loss[0]):
+            bar.close()
+            bad_w, bad_g = _first_nonfinite(weights()), _first_nonfinite(grads_of())
+            where = (f"; parameter {bad_w!r} is not finite" if bad_w else
+                     f"; the first non-finite gradient is {bad_g!r}" if bad_g else "")
+            raise TrainingDiverged(f"loss became {value:.4g} at step {i} of {steps} (recipe={recipe!r}, task='chars', "
+                                   f"lr={lr}){where}: lower the learning rate", hist)
+        update()
+        hist.loss.append(value)
+        for k, w in weights().items():  # EMA on the CPU, as DeepSeek-V3 keeps it
+            ema[k] *= np.float32(ema_decay)
+            ema[k] += np.float32(1 - ema_decay) * w
+        if i % eval_every == 0 or i == steps:
+            hist.val_loss.append([i, float(evaluate(None))])
+            bar.set_postfix(loss=f"{value:.3f}", val_bpc=f"{corpus.bits_per_char(hist.val_loss[-1][1]):.3f}")
+    hist.seconds = time.perf_counter() - start
+    hist.eval_loss = hist.val_loss[-1][1]
+    hist.ema_loss = float(evaluate(ema))
     return hist

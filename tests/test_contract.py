@@ -19,13 +19,14 @@ PKG = pathlib.Path(fp8lab.__file__).parent
 
 # Lower layers never import higher ones (fp8lab/kernels/README.md draws them).
 LAYERS = {
-    0: ("_backend", "_validate", "formats", "spec", "hardware", "accum", "scaling", "plotting", "notebook"),
+    0: ("_backend", "_validate", "formats", "spec", "hardware", "accum", "scaling", "plotting", "notebook", "corpus",
+        "lm"),
     1: ("_simgaps", "_pool", "runtime"),
     2: ("ptx", "ptx.intrinsics", "ptx.compile"),
-    3: ("timing", "bench", "kernels", "kernels.common"),
+    3: ("timing", "bench", "_triton_peer", "kernels", "kernels.common"),
     4: tuple(f"kernels.{m}" for m in MODULES),
-    5: ("quant", "overhead", "training", "check", "check._core", "check.ws1", "check.ws2", "check.ws3", "check.ws4",
-        "check.ws5", "worksheets", "cli", "__init__"),
+    5: ("quant", "overhead", "lm_engine", "training", "check", "check._core", "check.ws1", "check.ws2", "check.ws3",
+        "check.ws4", "check.ws5", "worksheets", "cli", "__init__"),
 }
 LAYER = {name: layer for layer, names in LAYERS.items() for name in names}
 
@@ -220,6 +221,9 @@ def test_table_columns_and_markdown():
                     peak_kind="fp8")
     head, body = t.columns("NVIDIA H100 80GB HBM3")
     assert body[0][2:] == ["2,000.0", "50.0%", "101.1%"] and body[1][1:] == ["not measured (simulator)", "-", "-", "-"]
+    # the markdown section names the command as run, module options included
+    md = bench._markdown(load("fp8_gemm"), "fp8_gemm", [("c", "ok")], [t], 1.0, ["--deepseek"])
+    assert "`fp8lab bench fp8_gemm --markdown --deepseek`" in md and "| k |" in md
 
 
 @pytest.mark.gpu

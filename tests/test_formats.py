@@ -469,3 +469,11 @@ def test_device_functions_exhaustive_gpu():
     for name, x in [("float16 patterns", f16), ("random float32", rand)]:
         codes, values = run_device_codec(x, blocks=1024, threads=256)
         check_device_codec(x, codes, values, f"{name}, seed={seed}")
+
+
+def test_round_bf16_matches_ml_dtypes(rng):
+    x = (rng.standard_normal(20000) * 10.0 ** rng.integers(-38, 38, 20000)).astype(np.float32)
+    x = np.concatenate([x, np.array([np.inf, -np.inf, 0.0, -0.0, 3.4e38, 1e-45], np.float32)])
+    want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.array_equal(formats.round_bf16(x).view(np.uint32), want.view(np.uint32))
+    assert np.isnan(formats.round_bf16(np.array([np.nan], np.float32)))[0]

@@ -188,3 +188,96 @@ def test_adam_and_sgd(rng, n):
     dp = cuda.to_device(p)
     sgd.step(dp, cuda.to_device(g))
     assert_close("sgd", dp.copy_to_host(), p - np.float32(0.1) * g, atol=1e-7, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bfloat16: elementwise.round_bf16 (the bf16 recipe's GEMM inputs) and kernels.common's bfloat16 device functions
+# ---------------------------------------------------------------------------------------------------------------
+
+from fp8lab.kernels import common  # noqa: E402  (this section's own import, kept with it)
+
+
+def bits_of(a) -> np.ndarray:
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize("shape", sizes((37, 45), (4099, 8191)))
+def test_round_bf16_bit_exact(rng, shape):
+    """Ties above odd and even kept bits, carries into the next binade, overflow to Inf, subnormals, +-0.0,
+    +-Inf, NaN payloads, random bit patterns: bit for bit formats.round_bf16."""
+    x = elementwise.bf16_check_values(rng, shape[0] * shape[1]).reshape(shape)
+    out = poisoned(shape, np.float32)
+    assert elementwise.round_bf16(cuda.to_device(x), out) is out
+    assert_codes_equal("round_bf16", bits_of(out.copy_to_host()), bits_of(elementwise.reference_round_bf16(x)))
+
+
+def test_round_bf16_spelled_out(rng):
+    """Values whose bfloat16 rounding is written out by hand (not computed by formats.round_bf16)."""
+    cases = {  # float32 bits -> bfloat16 result as float32 bits
+        0x3F808000: 0x3F800000,  # 1 + 2^-8: a tie, kept bits even -> down to 1.0
+        0x3F818000: 0x3F820000,  # 1 + 3 * 2^-8: a tie, kept bits odd -> up to 1 + 2^-6
+        0x3F808001: 0x3F810000,  # just above the tie -> up
+        0x3FFF8000: 0x40000000,  # 1.99609375 (a tie, odd) -> 2.0, a carry into the exponent
+        0x7F7F7FFF: 0x7F7F0000,  # below the midpoint under bfloat16's largest value -> its largest value
+        0x7F7F8000: 0x7F800000,  # a tie past bfloat16's largest value -> Inf
+        0x7F7FFFFF: 0x7F800000,  # float32's largest -> Inf
+        0x00008000: 0x00000000,  # a subnormal tie, even -> +0.0
+        0x00018000: 0x00020000,  # a subnormal tie, odd -> up
+        0x80000000: 0x80000000,  # -0.0 stays -0.0
+        0xFF800000: 0xFF800000,  # -Inf
+        0x7F800001: 0x7F800001,  # a NaN stays itself (its payload in the low half would round to Inf)
+    }
+    x = np.array(list(cases), np.uint32).view(np.float32)
+    x2 = np.tile(x, 3)  # several blocks' worth
+    got = elementwise.round_bf16(x2)  # NumPy in, NumPy out
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32
+    assert bits_of(got).tolist() == list(cases.values()) * 3
+    # in place on the device
+    d = cuda.to_device(x)
+    elementwise.round_bf16(d, d)
+    assert bits_of(d.copy_to_host()).tolist() == list(cases.values())
+
+
+@cuda.jit
+def bf16_helpers_kernel(x, rounded_bits, stored, loaded):
+    i = cuda.grid(1)
+    while i < x.size:
+        rounded_bits[i] = common.round_bf16_bits(x[i])
+        stored[i] = common.bf16_store_bits(x[i])
+        loaded[i] = common.bf16_load(stored[i])
+        i += cuda.gridsize(1)
+
+
+def test_bf16_device_helpers(rng):
+    """round_bf16_bits is formats.round_bf16's bits; bf16_store_bits is its top half, and bf16_load of that gives
+    the rounded value back; a NaN is stored as a quiet NaN of the same sign, even when its payload was in the
+    low half only (0x7F800001 would otherwise become Inf)."""
+    x = elementwise.bf16_check_values(rng, 1500)
+    n = x.size
+    rb = cuda.to_device(np.full(n, 0xDEADBEEF, np.uint32))
+    st = cuda.to_device(np.full(n, 0xA5A5, np.uint16))  # 0xA5A5 is also a bfloat16 some inputs round to:
+    ld = poisoned(n, np.float32)                          # the other two outputs catch an unwritten element
+    bf16_helpers_kernel[4, 32](cuda.to_device(x), rb, st, ld)
+    rb, st, ld = rb.copy_to_host(), st.copy_to_host(), ld.copy_to_host()
+    ref = bits_of(formats.round_bf16(x))
+    assert_codes_equal("round_bf16_bits", rb, ref)
+    nan = np.isnan(x)
+    assert nan.sum() >= 8 and (x.view(np.uint32) == 0x7F800001).any()
+    assert_codes_equal("bf16_store_bits", st[~nan], (ref[~nan] >> 16).astype(np.uint16))
+    assert_codes_equal("bf16_load(bf16_store_bits(x))", bits_of(ld[~nan]), ref[~nan])
+    assert np.isnan(ld[nan]).all() and (np.signbit(ld[nan]) == np.signbit(x[nan])).all()
+    assert ((st[nan] & 0x7FC0) == 0x7FC0).all()  # exponent all ones and the quiet bit
+
+
+def test_round_bf16_bad_input():
+    x = np.ones((3, 4), np.float32)
+    with pytest.raises(TypeError, match=r"x must have dtype float32.*float64"):
+        elementwise.round_bf16(x.astype(np.float64))
+    with pytest.raises(ValueError, match=r"out must have shape \(3, 4\).*\(4, 3\)"):
+        elementwise.round_bf16(x, cuda.device_array((4, 3), np.float32))
+    with pytest.raises(TypeError, match=r"out must be a C-contiguous CUDA device array.*ndarray"):
+        elementwise.round_bf16(x, np.empty((3, 4), np.float32))
+    with pytest.raises(TypeError, match=r"out must have dtype float32.*uint16"):
+        elementwise.round_bf16(x, cuda.device_array((3, 4), np.uint16))
+    with pytest.raises(ValueError, match=r"x must be C-contiguous"):
+        elementwise.round_bf16(cuda.to_device(np.ones((4, 6), np.float32))[:, ::2])

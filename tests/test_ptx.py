@@ -480,3 +480,96 @@ def test_cp_async_and_ldmatrix_match_the_ptx_isa(rng):
     for lane in range(32):
         for q in range(4):  # register q: matrix q, row lane // 4, word lane % 4
             assert got[lane, q] == words[8 * q + lane // 4, lane % 4]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bit casts: f32_as_u32 / u32_as_f32 (mov.b32): the same 32 bits, no conversion
+# ---------------------------------------------------------------------------------------------------------------
+
+BITCAST_SIGNATURE = "void(float32[::1], uint32[::1], int64[::1], uint32[:, ::1], float32[:, ::1])"
+BITS_POISON = 0xDEADBEEF  # outputs start as patterns the inputs below never hold
+F32_POISON = 0x7FBADBAD  # a NaN with a payload no input has
+
+
+@cuda.jit
+def bitcast_kernel(x, u, s, bits_out, vals_out):
+    """bits_out[0] = f32_as_u32(x), bits_out[1] = f32_as_u32(u32_as_f32(u)); vals_out[0] = u32_as_f32(u),
+    vals_out[1] = u32_as_f32(s) (int64: its low 32 bits), vals_out[2] = u32_as_f32(f32_as_u32(x)) (grid-stride)."""
+    i = cuda.grid(1)
+    while i < x.size:
+        bits_out[0, i] = ptx.f32_as_u32(x[i])
+        bits_out[1, i] = ptx.f32_as_u32(ptx.u32_as_f32(u[i]))
+        vals_out[0, i] = ptx.u32_as_f32(u[i])
+        vals_out[1, i] = ptx.u32_as_f32(s[i])
+        vals_out[2, i] = ptx.u32_as_f32(ptx.f32_as_u32(x[i]))
+        i += cuda.gridsize(1)
+
+
+SPECIAL_BITS = np.array([
+    0x7F800001, 0x7FBFFFFF, 0x7FC00000, 0x7FC00001, 0x7FFFFFFF,  # signalling and quiet NaNs with payloads
+    0x7F800000, 0x00000000, 0x00000001, 0x00400000, 0x007FFFFF,  # Inf, +0.0, subnormals (smallest, middle, largest)
+    0x00800000, 0x3F800000, 0x7F7FFFFF,  # smallest normal, 1.0, largest finite
+], np.uint32)
+SPECIAL_BITS = np.concatenate([SPECIAL_BITS, SPECIAL_BITS | np.uint32(0x80000000)])  # -NaNs, -Inf, -0.0, ...
+
+
+def bitcast_inputs(rng, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x float32 and u uint32 holding the special patterns then random ones (any pattern: NaNs with payloads
+    included), s int64 of both signs and beyond 32 bits (its low 32 bits are u)."""
+    bits = np.concatenate([SPECIAL_BITS, rng.integers(0, 2**32, n - SPECIAL_BITS.size, dtype=np.uint32)])
+    bits = bits[(bits != BITS_POISON) & (bits != F32_POISON)]
+    u = bits[rng.permutation(bits.size)]
+    high = rng.integers(-(2**31), 2**31, u.size, dtype=np.int64) << 32  # any upper half, negative s included
+    s = high | u.astype(np.int64)
+    s[:3] = [-1, -(2**31), 2**32 + 5]  # 0xFFFFFFFF, 0x80000000, 5
+    return bits.view(np.float32), u, s
+
+
+def run_bitcasts(x, u, s, blocks: int, threads: int):
+    bits_out = cuda.to_device(np.full((2, x.size), BITS_POISON, np.uint32))
+    vals_out = cuda.to_device(np.full((3, x.size), F32_POISON, np.uint32).view(np.float32))
+    bitcast_kernel[blocks, threads](cuda.to_device(x), cuda.to_device(u), cuda.to_device(s), bits_out, vals_out)
+    return bits_out.copy_to_host(), vals_out.copy_to_host().view(np.uint32)
+
+
+def check_bitcasts(x, u, s, bits, vals) -> None:
+    from fp8lab.bench import assert_codes_equal
+
+    assert_codes_equal("f32_as_u32(x)", bits[0], x.view(np.uint32))
+    assert_codes_equal("f32_as_u32(u32_as_f32(u))", bits[1], u)
+    assert_codes_equal("u32_as_f32(u) bits", vals[0], u)
+    assert_codes_equal("u32_as_f32(int64 s) bits: the low 32 bits", vals[1], (s & 0xFFFFFFFF).astype(np.uint32))
+    assert_codes_equal("u32_as_f32(f32_as_u32(x)) bits", vals[2], x.view(np.uint32))
+
+
+def test_bitcasts_keep_every_bit(rng):
+    """NaN payloads (signalling ones too), -0.0, +-Inf and subnormals pass through both casts unchanged."""
+    x, u, s = bitcast_inputs(rng, 200)
+    assert s[0] == -1 and s[2] == 2**32 + 5
+    bits, vals = run_bitcasts(x, u, s, blocks=2, threads=32)
+    check_bitcasts(x, u, s, bits, vals)
+    # spelled out, not through a view: the values the casts must give
+    assert bits[0][np.flatnonzero(x.view(np.uint32) == 0x80000000)[0]] == 0x80000000  # -0.0
+    assert vals[1][:3].tolist() == [0xFFFFFFFF, 0x80000000, 5]
+    assert np.isnan(x[:5]).all() and x.view(np.uint32)[:5].tolist() == SPECIAL_BITS[:5].tolist()
+
+
+def test_bitcast_twins_are_numpy_views():
+    if ptx.HARDWARE:
+        pytest.skip("the twins run under the simulator")
+    x = np.array([1.0, -0.0], np.float32)
+    assert ptx.f32_as_u32(x[0]) == 0x3F800000 and ptx.f32_as_u32(x[1]) == 0x80000000
+    assert isinstance(ptx.f32_as_u32(x[0]), np.uint32) and isinstance(ptx.u32_as_f32(np.uint32(1)), np.float32)
+    assert ptx.u32_as_f32(np.uint32(0x7F800001)).view(np.uint32) == 0x7F800001  # a signalling NaN, not quietened
+    assert ptx.u32_as_f32(-1).view(np.uint32) == 0xFFFFFFFF
+
+
+@pytest.mark.gpu
+def test_bitcasts_hardware_random_patterns(rng):
+    if not ptx.HARDWARE:
+        pytest.skip("needs a CUDA GPU: the simulator runs the twins")
+    x, u, s = bitcast_inputs(rng, 1 << 22)
+    bits, vals = run_bitcasts(x, u, s, blocks=1024, threads=256)
+    check_bitcasts(x, u, s, bits, vals)
+    text = ptx.ptx_of(bitcast_kernel, BITCAST_SIGNATURE)
+    assert ptx.find_instructions(text, "mov.b32"), "the kernel's PTX has no mov.b32"

@@ -148,3 +148,88 @@ def test_default_task_on_gpu(runs):
     assert (h8.batch, h8.d_in, h8.d_out) == (64, 512, 256)
     assert abs(h8.final_loss - h32.final_loss) / h32.final_loss < 0.05
     assert h8.final_loss < 1.2 * h8.floor
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# task="chars": the character-level language model (fp8lab.lm, fp8lab.lm_engine)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chars_runs():
+    """Each recipe once with each engine on the language model, at the backend's default sizes."""
+    return {(r, e): fp8lab.train(r, task="chars", engine=e, progress=False) for r in T.RECIPES for e in T.ENGINES}
+
+
+@pytest.mark.parametrize("recipe", T.RECIPES)
+def test_chars_kernels_follow_the_reference(chars_runs, recipe):
+    k, ref = chars_runs[recipe, "kernels"], chars_runs[recipe, "reference"]
+    assert len(k.loss) == len(ref.loss) == k.steps and k.task == "chars"
+    rel = np.abs(np.array(k.loss) - ref.loss) / np.array(ref.loss)
+    assert rel.max() < T.REFERENCE_RTOL[recipe], f"max relative difference {rel.max():.2e} at step {rel.argmax() + 1}"
+    assert abs(k.eval_loss - ref.eval_loss) / ref.eval_loss < T.REFERENCE_RTOL[recipe]
+    assert k.val_loss[-1][0] == k.steps and np.isfinite(k.ema_loss)
+
+
+def test_chars_history(chars_runs, tmp_path):
+    h = chars_runs["fp8-deepseek", "kernels"]
+    assert h.model["moments"] == "bf16" and chars_runs["fp32", "kernels"].model["moments"] == "fp32"
+    assert np.isnan(h.floor) and h.eval_bpc == pytest.approx(h.eval_loss / np.log(2))
+    assert 3.0 < h.loss[0] / np.log(2) < 8.0  # about log2(65) = 6.0 bits at the start
+    h.save_json(tmp_path / "h.json")
+    d = json.loads((tmp_path / "h.json").read_text())
+    assert d["task"] == "chars" and d["val_loss"] == h.val_loss and d["model"]["context"] == h.model["context"]
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(d_in=32), "d_in: only for task='teacher'"),
+    (dict(noise=0.3), "noise: only for task='teacher'"),
+    (dict(optimizer="adam"), "optimizer must be adamw for task='chars'"),
+    (dict(moments="fp16"), "moments must be one of"),
+    (dict(context=0), "context must be a positive int"),
+    (dict(eval_every=-1), "eval_every must be a positive int"),
+    (dict(task="words"), "task must be one of"),
+])
+def test_chars_bad_arguments_name_the_argument(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        fp8lab.train("fp32", **{"task": "chars", "steps": 1, "progress": False, "engine": "reference", **kwargs})
+
+
+def test_teacher_rejects_language_model_options():
+    with pytest.raises(ValueError, match="blocks: only for task='chars'"):
+        fp8lab.train("fp32", steps=1, blocks=2, progress=False)
+
+
+def test_chars_nan_names_the_step_and_the_tensor(monkeypatch):
+    from fp8lab import lm
+
+    real = lm.init_params
+
+    def poisoned(cfg, seed):
+        p = real(cfg, seed)
+        p["w2_0"][0, 0] = np.nan
+        return p
+
+    monkeypatch.setattr(lm, "init_params", poisoned)
+    with pytest.raises(T.TrainingDiverged, match=r"at step 1 of 2 .*parameter 'w2_0' is not finite"):
+        fp8lab.train("fp8-deepseek", task="chars", steps=2, engine="reference", progress=False)
+
+
+def test_cli_train_chars_prints_the_recipes_against_both_baselines(tmp_path):
+    r = _cli("train", "--task", "chars", "--recipe", "fp8-deepseek", "--steps", "2", "--engine", "reference",
+             "--no-plot", "--json", str(tmp_path / "h.json"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Tiny Shakespeare" in r.stdout and "val bpc" in r.stdout and "vs bf16" in r.stdout
+    assert [h["recipe"] for h in json.loads((tmp_path / "h.json").read_text())] == ["fp32", "bf16", "fp8-deepseek"]
+    r = _cli("train", "--task", "chars", "--d-in", "8", "--no-plot")
+    assert r.returncode == 2 and "d_in: only for task='teacher'" in r.stderr
+
+
+@pytest.mark.gpu
+def test_chars_on_gpu_every_recipe_learns():
+    """Realistic widths (the defaults), a short run: every recipe learns, the FP8 ones stay near bf16."""
+    hs = {r: fp8lab.train(r, task="chars", steps=60, batch=4096, eval_every=30, progress=False) for r in T.RECIPES}
+    for r, h in hs.items():
+        assert h.loss[-1] < 0.8 * h.loss[0], f"{r}: {h.loss[0]:.3f} -> {h.loss[-1]:.3f}"
+    for r in ("fp8-tensor", "fp8-deepseek"):
+        assert abs(hs[r].eval_loss - hs["bf16"].eval_loss) / hs["bf16"].eval_loss < 0.02

@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from .. import formats, ptx, runtime
+from ..spec import AMAX_FLOOR as _AMAX_FLOOR
 from ..ptx import ld_global_v4_f32, ld_shared_v4_f32
 from ..runtime import FULL_MASK, cuda, shfl_xor_sync
 
@@ -356,3 +357,83 @@ def sgemm_store(c, acc, m0, n0, t_row, t_col, M, N):
             n = n0 + (j // 4) * TILE_HALF + t_col * 4 + j % 4
             if m < M and n < N:
                 c[m, n] = acc[i, j]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The scale of one group from its amax, spec.group_scale's "amax" rule, for kernels that quantize what they
+# compute (swiglu, norm_quant) and must match spec.quantize bit for bit
+# ----------------------------------------------------------------------------------------------------------------
+
+_F32_FINITE_MAX = np.float32(np.finfo(np.float32).max)
+__all__ += ["amax_scale"]
+
+
+@cuda.jit(device=True)
+def amax_scale(amax, fp8_max):
+    """(scale, inv_scale) of a group from its float32 amax: amax floored at spec.AMAX_FLOOR, scale = amax / fp8_max
+    and inv_scale = fp8_max / amax, two float32 divisions (spec.group_scale, mode "amax"); NaN and NaN for a NaN or
+    +Inf amax, which poisons the group. fp8_max: spec.FP8_MAX[fmt], a float32."""
+    if not amax <= _F32_FINITE_MAX:  # NaN compares false; +Inf is above the largest float32
+        return _F32_NAN, _F32_NAN
+    safe = amax if amax > _AMAX_FLOOR else _AMAX_FLOOR
+    return safe / fp8_max, fp8_max / safe
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# bfloat16 (1 sign, 8 exponent, 7 mantissa bits: the top half of a float32), for the bf16 recipe's GEMM inputs and
+# AdamW's bfloat16 moments. Integer arithmetic on the float32 bits (ptx.f32_as_u32 / u32_as_f32, mov.b32), exactly
+# formats.round_bf16's, so the same bits come out on a GPU, in the simulator and in NumPy; the simulator has no
+# bfloat16 type, so arrays of bfloat16 hold the 16-bit patterns as uint16.
+# ----------------------------------------------------------------------------------------------------------------
+
+__all__ += ["round_bf16_bits", "round_bf16", "bf16_load", "bf16_store_bits"]
+
+_U32_ABS = np.uint32(0x7FFFFFFF)
+_U32_INF = np.uint32(0x7F800000)  # float32 bits above this (sign cleared) are NaNs
+_U32_HALF_ULP_DOWN = np.uint32(0x7FFF)  # just under half a bfloat16 ulp, in float32 bits
+_U32_HIGH16 = np.uint32(0xFFFF0000)
+_U32_1 = np.uint32(1)
+_U32_16 = np.uint32(16)
+_U32_BF16_QUIET = np.uint32(0x0040)  # a bfloat16 NaN's quiet bit (float32 bit 22)
+
+
+@cuda.jit(device=True)
+def _bf16_round_u32(u):
+    """float32 bits u (not a NaN) rounded to the nearest bfloat16, ties to even: add 0x7FFF plus the lowest kept
+    bit, drop the low 16 bits. A carry into the exponent is right (the next binade); past the largest bfloat16 it
+    gives Inf, as cvt.rn.bf16.f32 does. No uint32 overflow: non-NaN bits are at most 0xFF800000 (-Inf)."""
+    return np.uint32((u + _U32_HALF_ULP_DOWN + ((u >> _U32_16) & _U32_1)) & _U32_HIGH16)
+
+
+@cuda.jit(device=True)
+def round_bf16_bits(x):
+    """uint32: the float32 bits of x rounded to the nearest bfloat16 (ties to even), bit for bit
+    formats.round_bf16(x).view(np.uint32): overflow goes to +-Inf, -0.0 and subnormals round like any value, and
+    a NaN comes back as its own bits (it stays NaN; its low 16 bits may be set, see bf16_store_bits)."""
+    u = ptx.f32_as_u32(x)
+    if (u & _U32_ABS) > _U32_INF:
+        return u
+    return _bf16_round_u32(u)
+
+
+@cuda.jit(device=True)
+def round_bf16(x):
+    """float32 x rounded to the nearest bfloat16, as float32: formats.round_bf16 on the device."""
+    return ptx.u32_as_f32(round_bf16_bits(x))
+
+
+@cuda.jit(device=True)
+def bf16_load(bits):
+    """float32 value of a bfloat16 held as 16 bits (a uint16 array element): exact, the bits moved up by 16."""
+    return ptx.u32_as_f32(np.uint32(bits) << _U32_16)
+
+
+@cuda.jit(device=True)
+def bf16_store_bits(x):
+    """uint16: the bfloat16 bits of float32 x rounded to nearest, ties to even (bf16_load of it is round_bf16(x)).
+    A NaN keeps its sign and top payload bits with the quiet bit set: its float32 payload may sit in the low 16
+    bits alone (0x7F800001), whose top half alone would read as Inf."""
+    u = ptx.f32_as_u32(x)
+    if (u & _U32_ABS) > _U32_INF:
+        return np.uint16((u >> _U32_16) | _U32_BF16_QUIET)
+    return np.uint16(_bf16_round_u32(u) >> _U32_16)

@@ -1,4 +1,4 @@
-"""Small kernels of the Linear layer: transpose (versioned), bias add, column sums (bias and gain gradients).
+"""Small kernels of the Linear layer: transpose (versioned), bias add, column sums, bfloat16 rounding.
 
 version 1: transpose, out[j, i] = a[i, j] straight from global memory (the writes are strided: uncoalesced).
 version 2: transpose through a 32x33 shared tile, so both the read and the write are coalesced; the 33rd
@@ -6,14 +6,21 @@ version 2: transpose through a 32x33 shared tile, so both the read and the write
 bias_add: y[m, n] += b[n], a grid-stride loop over the flat index (n fastest: coalesced).
 colsum: out[n] = sum_m a[m, n], one thread per column walking down the rows: neighbouring threads read
         neighbouring addresses (coalesced) and the sum order is fixed, so it is deterministic (no atomics).
+add: out = a + b elementwise (the residual connection x + f(x), and gradients meeting at a branch); out may be a
+     or b itself.
+round_bf16: out = x rounded to the nearest bfloat16 (ties to even), kept as float32: what the bf16 recipe does
+        to a GEMM's inputs. Integer arithmetic on the float32 bits (kernels.common.round_bf16), bit for bit
+        formats.round_bf16; a grid-stride loop over the flat index.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import bench, runtime, timing
+from .. import _validate as V
+from .. import bench, formats, runtime, timing
 from ..runtime import cuda
+from .common import round_bf16 as round_bf16_value
 
 TILE = 32
 TILE_PAD = TILE + 1  # shared-array shapes must be compile-time constants
@@ -30,6 +37,14 @@ def bias_add_kernel(y, b):
 
 
 @cuda.jit
+def add_kernel(a, b, out):
+    i = cuda.grid(1)
+    while i < out.size:
+        out[i] = a[i] + b[i]
+        i += cuda.gridsize(1)
+
+
+@cuda.jit
 def colsum_kernel(a, out):
     n = cuda.grid(1)
     if n < a.shape[1]:
@@ -37,6 +52,14 @@ def colsum_kernel(a, out):
         for m in range(a.shape[0]):
             s += a[m, n]
         out[n] = s
+
+
+@cuda.jit
+def round_bf16_kernel(x, out):
+    i = cuda.grid(1)
+    while i < x.size:  # flat 1-D views: any shape, coalesced
+        out[i] = round_bf16_value(x[i])
+        i += cuda.gridsize(1)
 
 
 @cuda.jit
@@ -77,8 +100,40 @@ def bias_add(y, b) -> None:
     bias_add_kernel[runtime.grid_1d(y.size, runtime.block_threads(256), runtime.MAX_BLOCKS)](y, b)
 
 
+def add(a, b, out) -> None:
+    """out = a + b for C-contiguous float32 device arrays of one shape (out may be a or b)."""
+    n = out.size
+    add_kernel[runtime.grid_1d(n, runtime.block_threads(256), runtime.MAX_BLOCKS)](a.reshape(n), b.reshape(n),
+                                                                                   out.reshape(n))
+
+
 def colsum(a, out) -> None:
     colsum_kernel[runtime.grid_1d(a.shape[1], runtime.block_threads(128))](a, out)
+
+
+def round_bf16(x, out=None):
+    """x (any shape, float32, NumPy or C-contiguous device array) rounded to the nearest bfloat16, ties to even,
+    as float32: bit for bit formats.round_bf16 (NaN stays NaN, values past bfloat16's range become +-Inf).
+
+    out: a float32 device array of x's shape to write (returned; it may be x itself), or None: a new array, NumPy
+    when x is NumPy.
+    """
+    x = V.array("x", x, dtype=np.float32)
+    if V.is_device_array(x) and not x.is_c_contiguous():
+        raise ValueError(f"x must be C-contiguous when it is a device array, got {V.describe(x)}")
+    if out is not None:
+        out = V.array("out", out, dtype=np.float32, shape=tuple(x.shape))
+        if not V.is_device_array(out) or not out.is_c_contiguous():
+            raise TypeError(f"out must be a C-contiguous CUDA device array (written in place on the device; leave "
+                            f"it None to get a new array), got {V.describe(out)}")
+    dx = runtime.to_device(x)
+    dout = cuda.device_array(x.shape, np.float32) if out is None else out
+    n = x.size
+    round_bf16_kernel[runtime.grid_1d(n, runtime.block_threads(256), runtime.MAX_BLOCKS)](dx.reshape(n),
+                                                                                          dout.reshape(n))
+    if out is None and not V.is_device_array(x):
+        return dout.copy_to_host()
+    return dout
 
 
 def transpose(a, out, version: int = BEST) -> None:
@@ -100,8 +155,31 @@ def reference_bias_add(y, b) -> np.ndarray:
     return np.asarray(y, np.float32) + np.asarray(b, np.float32)
 
 
+def reference_add(a, b) -> np.ndarray:
+    return (np.asarray(a, np.float32) + np.asarray(b, np.float32)).astype(np.float32)
+
+
 def reference_colsum(a) -> np.ndarray:
     return np.asarray(a, np.float64).sum(axis=0)
+
+
+reference_round_bf16 = formats.round_bf16
+"""The spec of round_bf16: formats.round_bf16 (NumPy integer arithmetic on the float32 bits)."""
+
+
+def bf16_check_values(rng, n: int) -> np.ndarray:
+    """n float32 for round_bf16's checks: every kind of rounding case, then random bit patterns. Exact ties (low
+    16 bits 0x8000) above odd and even kept bits and their neighbours (0x7FFF, 0x8001), values that round into the
+    next binade (0x3FFF8000) and past the largest bfloat16 to Inf (0x7F7F8000), the largest float32, subnormals,
+    +-0.0, +-Inf, NaNs with payloads in the low and high half; both signs. Shuffled."""
+    highs = rng.integers(0, 0x7F80, 64, dtype=np.uint32) << np.uint32(16)
+    lows = np.array([0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.uint32)
+    crafted = np.concatenate([(highs[:, None] | lows).ravel(), np.array(
+        [0x3FFF8000, 0x7F7F7FFF, 0x7F7F8000, 0x7F7FFFFF, 0x00000001, 0x00008000, 0x00018000, 0x007FFFFF, 0x00000000,
+         0x7F800000, 0x7F800001, 0x7FC00000, 0x7FBFFFFF, 0x7FFF8000], np.uint32)])
+    crafted = np.concatenate([crafted, crafted | np.uint32(0x80000000)])[:n]
+    bits = np.concatenate([crafted, rng.integers(0, 2**32, n - crafted.size, dtype=np.uint32)])
+    return bits[rng.permutation(n)].view(np.float32)
 
 
 def checks(rng) -> list:
@@ -118,10 +196,21 @@ def checks(rng) -> list:
     y = cuda.to_device(a)
     bias_add(y, db)
     bench.assert_close("bias_add", y.copy_to_host(), reference_bias_add(a, b), atol=0, rtol=0)
+    c = rng.standard_normal((M, N), dtype=np.float32)
+    r = bench.poisoned((M, N), np.float32)
+    add(da, cuda.to_device(c), r)
+    bench.assert_close("add", r.copy_to_host(), reference_add(a, c), atol=0, rtol=0)
+    out.append((f"add, {M}x{N}", "exact"))
     s = bench.poisoned(N, np.float32)
     colsum(da, s)
     bench.assert_close("colsum", s.copy_to_host(), reference_colsum(a), atol=1e-4 * np.sqrt(M), rtol=1e-5)
-    return out + [(f"bias_add, {M}x{N}", "exact"), (f"colsum, {M}x{N}", "within tolerance of float64")]
+    x = bf16_check_values(rng, M * N).reshape(M, N)
+    r = bench.poisoned((M, N), np.float32)
+    round_bf16(cuda.to_device(x), r)
+    # compared as bits: NaN payloads, -0.0 and every rounding must match
+    bench.assert_codes_equal("round_bf16", r.copy_to_host().view(np.uint32), reference_round_bf16(x).view(np.uint32))
+    return out + [(f"bias_add, {M}x{N}", "exact"), (f"colsum, {M}x{N}", "within tolerance of float64"),
+                  (f"round_bf16, {M}x{N} (ties, overflow, subnormals, NaN payloads)", "bit for bit")]
 
 
 def timings(rng, args) -> list:
@@ -133,6 +222,8 @@ def timings(rng, args) -> list:
             for v, desc in VERSIONS.items()]
     rows.append(bench.Row("bias_add", timing.time_ms(lambda: bias_add(y, db)), 2 * a.nbytes))
     rows.append(bench.Row("colsum", timing.time_ms(lambda: colsum(da, s)), a.nbytes))
+    rows.append(bench.Row("add (out = a + a)", timing.time_ms(lambda: add(da, da, y)), 3 * a.nbytes))
+    rows.append(bench.Row("round_bf16", timing.time_ms(lambda: round_bf16(da, t)), 2 * a.nbytes))
     return [bench.Table(f"elementwise {M}x{N} float32; bytes = read + written", "GB/s", rows,
                         ceiling=bench.copy_ceiling_gbs(a.nbytes))]
 

@@ -1103,11 +1103,31 @@ def checks(rng) -> list:
             _check_all(rng, M, N, K)]
 
 
+def _triton_peer():
+    """fp8lab._triton_peer when Triton is installed (a benchmark peer, never a dependency), else None."""
+    try:
+        from .. import _triton_peer
+    except ImportError:
+        return None
+    return _triton_peer
+
+
+def _torch_reference64(torch, qa, qb):
+    """float64 dequant(qa) @ dequant(qb).T on the GPU (NumPy would take minutes at DeepSeek's shape)."""
+    A, B = (torch.from_numpy(_decoded(n, q)).cuda().double() for n, q in (("qa", qa), ("qb", qb)))
+    (M, K), N = A.shape, B.shape[0]
+    for X, q, rows in ((A, qa, M), (B, qb, N)):
+        X *= torch.from_numpy(_expanded_scales(q, rows, K)).cuda().double().repeat_interleave(GROUP_K, dim=1)[:, :K]
+    return A @ B.T
+
+
 def timings(rng, args) -> list:
-    """Every version at 4096^3 (and the best at DeepSeek-V3's 4096 x 7168 x 16384 with --deepseek) against
-    torch._scaled_mm (cuBLAS FP8 on the tensor cores, per-tensor scales) measured in the same run; then the
-    accuracy of _scaled_mm's fast accumulation against the emulator."""
+    """Every version at 4096^3 (and the tensor-core versions at DeepSeek-V3's 4096 x 7168 x 16384 with --deepseek)
+    against torch._scaled_mm (cuBLAS FP8, blockwise and per-tensor scales) and a DeepSeek-style Triton kernel when
+    installed, measured in the same run, each with its normwise error against the float64 product of the
+    dequantized operands; then the accuracy of _scaled_mm's fast accumulation against the emulator."""
     torch = bench.torch_cuda()
+    peer = _triton_peer() if torch is not None else None
     shapes = [(4096, 4096, 4096)] + ([(4096, 7168, 16384)] if getattr(args, "deepseek", False) else [])
     tables = []
     for M, N, K in shapes:
@@ -1115,26 +1135,57 @@ def timings(rng, args) -> list:
         flops = 2.0 * M * N * K
         qa, qb = random_operands(rng, M, N, K, on_device=True)
         out = cuda.device_array((M, N), np.float32)
-        rows = [bench.Row(f"v{v}: {VERSIONS[v]}",
-                          timing.time_ms(lambda v=v: fp8_gemm(qa, qb, out=out, version=v), warmup=0 if big else 1,
-                                         repeat=1 if big else 3), flops)
-                for v in ([4, 5, 6] if big else VERSIONS)]
+        if torch is not None:
+            ref = _torch_reference64(torch, qa, qb)
+            norm = torch.linalg.norm(ref).item()
+
+            def err(y):
+                return f"{torch.linalg.norm(torch.as_tensor(y, device='cuda').double() - ref).item() / norm:.2e}"
+        else:
+            ref = reference64(qa, qb)
+
+            def err(y):
+                y = y.copy_to_host() if hasattr(y, "copy_to_host") else y
+                return f"{np.linalg.norm(y - ref) / np.linalg.norm(ref):.2e}"
+
+        def row(label, fn, ms):
+            out_ = fn()
+            return bench.Row(label, ms, flops, {"normwise error": err(out_)})
+
+        rows = []
+        for v in ([4, 5, 6] if big else VERSIONS):
+            def run(v=v):
+                return fp8_gemm(qa, qb, out=out, version=v)
+            rows.append(row(f"v{v}: {VERSIONS[v]}", run, timing.time_ms(run, warmup=0 if big else 1,
+                                                                             repeat=1 if big else 3)))
         ceiling = None
-        if torch is not None:  # the tensor-core reference: cuBLAS FP8 with per-tensor scales
-            ta = torch.from_numpy(qa.data.copy_to_host()).cuda().view(torch.float8_e4m3fn)
-            tb = torch.from_numpy(qb.data.copy_to_host()).cuda().view(torch.float8_e4m3fn)
+        if torch is not None:
+            ta = torch.as_tensor(qa.data, device="cuda").view(torch.float8_e4m3fn)
+            tb = torch.as_tensor(qb.data, device="cuda").view(torch.float8_e4m3fn)
+            sa = torch.as_tensor(qa.scale, device="cuda")
+            sb = torch.as_tensor(qb.scale, device="cuda")
+            if peer is not None:  # a DeepSeek-style Triton kernel: the best of a few tile configurations
+                tc = torch.empty((M, N), device="cuda", dtype=torch.float32)
+                best = min((timing.torch_time_ms(torch, lambda c=c: peer.fp8_gemm(ta, sa, tb, sb, tc, c)), c)
+                           for c in peer.CONFIGS)
+                rows.append(row(f"Triton, DeepSeek-V3 inference style (tile {best[1][0]}x{best[1][1]}, "
+                                f"{best[1][2]} stages)", lambda: peer.fp8_gemm(ta, sa, tb, sb, tc, best[1]), best[0]))
+            if K % GROUP_K == 0 and N % GROUP_K == 0:  # cuBLAS's blockwise layout: scale_a column-major, scale_b.T
+                def blockwise():
+                    return torch._scaled_mm(ta, tb.t(), sa.t().contiguous().t(), sb.t(), out_dtype=torch.bfloat16)
+                ms = timing.torch_time_ms(torch, blockwise)
+                rows.append(row("torch._scaled_mm, blockwise 1x128 / 128x128, bfloat16 out (cuBLAS)", blockwise, ms))
+                ceiling = bench.rate(flops, ms, "TFLOP/s")
             one = torch.ones((), device="cuda")
             ms = timing.torch_time_ms(torch, lambda: torch._scaled_mm(ta, tb.t(), one, one, out_dtype=torch.float32))
-            rows.append(bench.Row("torch._scaled_mm, tensorwise (cuBLAS, FP8 tensor cores)", ms, flops))
-            sa = torch.from_numpy(qa.scale.copy_to_host()).cuda()
-            sb = torch.from_numpy(qb.scale.copy_to_host()).cuda()
-            if K % GROUP_K == 0 and N % GROUP_K == 0:  # cuBLAS's blockwise layout: scale_a column-major, scale_b.T
-                ms = timing.torch_time_ms(torch, lambda: torch._scaled_mm(ta, tb.t(), sa.t().contiguous().t(), sb.t(),
-                                                                          out_dtype=torch.bfloat16))
-                rows.append(bench.Row("torch._scaled_mm, blockwise 1x128 / 128x128, bfloat16 out (cuBLAS)", ms, flops))
-            ceiling = bench.rate(flops, ms, "TFLOP/s")
-        tables.append(bench.Table(f"FP8 GEMM {M}x{N}x{K}, A 1x128 tiles, B 128x128 blocks, float32 out", "TFLOP/s",
-                                  rows, ceiling=ceiling, ceiling_label="cuBLAS FP8", peak_kind="fp8"))
+            rows.append(bench.Row("torch._scaled_mm, tensorwise (cuBLAS; ignores the scales: speed only)", ms, flops,
+                                  {"normwise error": "-"}))
+            ceiling = ceiling or bench.rate(flops, ms, "TFLOP/s")
+            del ref
+            torch.cuda.empty_cache()
+        tables.append(bench.Table(f"FP8 GEMM {M}x{N}x{K}, A 1x128 tiles, B 128x128 blocks, float32 out; normwise "
+                                  "error = |y - y64| / |y64| (Frobenius) against float64", "TFLOP/s", rows,
+                                  ceiling=ceiling, ceiling_label="cuBLAS FP8 blockwise", peak_kind="fp8"))
     if torch is not None:
         tables.append(bench.Table(
             "torch._scaled_mm vs the emulator: max / mean relative error vs float64, same FP8 inputs (U[0,1) * 448, "

@@ -17,11 +17,11 @@ import math
 
 import numpy as np
 
-from .. import bench, runtime, timing
+from .. import bench, runtime, spec, timing
 from ..runtime import cuda
 from .common import block_sum
 
-EPS = np.float32(1e-6)
+EPS = spec.RMSNORM_EPS
 THREADS = runtime.block_threads(128)
 
 

@@ -8,6 +8,8 @@ The tensor-core path: `mma_m16n8k32` (mma.sync, one warp, fragments in registers
 `cp_async_16` / `cp_async_commit` / `cp_async_wait_group` (global -> shared copies in flight), `wgmma_m64k32`
 (one warpgroup, operands in shared memory through `smem_descriptor`, `swizzle_128b` layout), `wgmma_fence`,
 `wgmma_commit_group`, `wgmma_wait_group`, `fence_proxy_async`.
+Bit casts: `f32_as_u32(x)` / `u32_as_f32(u)` (`mov.b32`: the same 32 bits as the other type, for bit arithmetic
+on floats such as bfloat16 rounding).
 
 See intrinsics.py for the table of intrinsics, their PTX and their twins.
 """
@@ -19,6 +21,7 @@ from .intrinsics import (
     CVT_F16X2_E4M3X2,
     CVT_F16X2_E5M2X2,
     HARDWARE,
+    bitcast_intrinsics,
     MMA_FP8_CC,
     WGMMA_CC,
     MMA_M16N8K32_E4M3,
@@ -30,6 +33,7 @@ from .intrinsics import (
     decode_x2_intrinsic,
     encode_e4m3_sat_hw,
     encode_e5m2_sat_hw,
+    f32_as_u32,
     globaltimer_intrinsic,
     globaltimer_ns,
     ld_global_v4_f32,
@@ -44,6 +48,7 @@ from .intrinsics import (
     require_mma_fp8,
     shared_v4_intrinsics,
     st_shared_v4_f32,
+    u32_as_f32,
     SWIZZLE_MODES,
     async_copy_intrinsics,
     barrier_intrinsic,
@@ -103,4 +108,7 @@ __all__ = [
     "MMA_FP8_CC",
     "require_wgmma",
     "require_mma_fp8",
+    "bitcast_intrinsics",
+    "f32_as_u32",
+    "u32_as_f32",
 ]

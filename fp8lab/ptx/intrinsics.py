@@ -11,6 +11,7 @@ hardware == twin bit for bit.
 | `encode_e4m3_sat_hw(x)`, `encode_e5m2_sat_hw(x)` | the low byte of the cvt of (0, x) | the same on the twin |
 | `decode_e4m3x2(codes16)`, `decode_e5m2x2` | `cvt.rn.f16x2.{e4m3x2,e5m2x2}` + 2 `cvt.f32.f16` | `formats.decode` |
 | `globaltimer_ns()` | `mov.u64 d, %globaltimer;` | the host's nanosecond clock |
+| `f32_as_u32(x)`, `u32_as_f32(u)` | `mov.b32` (the same 32 bits read as uint32 / float32: no conversion, NaN payloads, -0.0 and subnormals kept) | `np.float32(x).view(np.uint32)`, `np.uint32(u).view(np.float32)` |
 | `ld_global_v4_f32(x, i, j)` | `ld.global.v4.f32` (16-byte aligned) | four scalar loads |
 | `ld_shared_v4_f32(s, i, j)`, `st_shared_v4_f32(s, i, j, ...)` | `ld/st.shared.v4.f32` (addrspacecast) | four scalar accesses |
 | `mma_m16n8k32_e4m3(a0..a3, b0, b1, c0..c3)` | `mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32` (one warp) | the warp's fragments gathered, FP32 sums in k order |
@@ -183,6 +184,45 @@ def globaltimer_intrinsic():
         return sig, codegen
 
     return intrinsic(globaltimer_ns)
+
+
+def bitcast_intrinsics():
+    """@intrinsics `f32_as_u32(x) -> uint32` and `u32_as_f32(u) -> float32` (GPU only): `mov.b32 d, a;` between
+    a .f32 and a .b32 register, the same 32 bits read as the other type (CUDA's __float_as_uint / __uint_as_float).
+    No conversion happens: NaN payloads (signalling ones too), -0.0, Inf and subnormals come out as they went in.
+    A float64 x is first rounded to float32 (pass float32); an integer u is converted to uint32 first (its low
+    32 bits, two's complement for negative values). Bit arithmetic on floats (bfloat16 rounding, kernels.common)
+    is built on these."""
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def f32_as_u32(typingctx, x):
+        if not isinstance(x, types.Float):
+            return None  # numba then reports a typing error naming the argument type
+        sig = types.uint32(x)
+
+        def codegen(context, builder, sig, args):
+            a = context.cast(builder, args[0], sig.args[0], types.float32)
+            # "=r": a .b32 register, "f": a .f32 one; no side effects, so it may be moved or merged like arithmetic
+            fnty = ir.FunctionType(ir.IntType(32), [ir.FloatType()])
+            return builder.call(ir.InlineAsm(fnty, "mov.b32 $0, $1;", "=r,f"), [a])
+
+        return sig, codegen
+
+    def u32_as_f32(typingctx, u):
+        if not isinstance(u, types.Integer):
+            return None
+        sig = types.float32(u)
+
+        def codegen(context, builder, sig, args):
+            a = context.cast(builder, args[0], sig.args[0], types.uint32)
+            fnty = ir.FunctionType(ir.FloatType(), [ir.IntType(32)])
+            return builder.call(ir.InlineAsm(fnty, "mov.b32 $0, $1;", "=f,r"), [a])
+
+        return sig, codegen
+
+    return intrinsic(f32_as_u32), intrinsic(u32_as_f32)
 
 
 def ld_global_v4_intrinsic(instruction: str = "ld.global.v4.f32"):
@@ -644,6 +684,16 @@ def _twin_globaltimer_ns():
     return np.uint64(time.perf_counter_ns())
 
 
+def _twin_f32_as_u32(x):
+    """Twin of mov.b32 (.f32 -> .b32): a NumPy view, which keeps every bit (NaN payloads included)."""
+    return np.float32(x).view(np.uint32)
+
+
+def _twin_u32_as_f32(u):
+    """Twin of mov.b32 (.b32 -> .f32): the low 32 bits of u viewed as float32."""
+    return np.uint32(int(u) & 0xFFFFFFFF).view(np.float32)
+
+
 def _twin_ld_global_v4_f32(x, i, j):
     """Twin of ld.global.v4.f32: four scalar loads."""
     return x[i, j], x[i, j + 1], x[i, j + 2], x[i, j + 3]
@@ -765,6 +815,7 @@ if HARDWARE:
     decode_e4m3x2 = decode_x2_intrinsic(CVT_F16X2_E4M3X2)
     decode_e5m2x2 = decode_x2_intrinsic(CVT_F16X2_E5M2X2)
     globaltimer_ns = globaltimer_intrinsic()
+    f32_as_u32, u32_as_f32 = bitcast_intrinsics()
     ld_global_v4_f32 = ld_global_v4_intrinsic()
     ld_shared_v4_f32, st_shared_v4_f32 = shared_v4_intrinsics()
     mma_m16n8k32_e4m3 = mma_intrinsic(MMA_M16N8K32_E4M3)
@@ -777,6 +828,8 @@ else:
     decode_e4m3x2 = cuda.jit(device=True)(_twin_decode_e4m3x2)
     decode_e5m2x2 = cuda.jit(device=True)(_twin_decode_e5m2x2)
     globaltimer_ns = cuda.jit(device=True)(_twin_globaltimer_ns)
+    f32_as_u32 = cuda.jit(device=True)(_twin_f32_as_u32)
+    u32_as_f32 = cuda.jit(device=True)(_twin_u32_as_f32)
     ld_global_v4_f32 = cuda.jit(device=True)(_twin_ld_global_v4_f32)
     ld_shared_v4_f32 = cuda.jit(device=True)(_twin_ld_shared_v4_f32)
     st_shared_v4_f32 = cuda.jit(device=True)(_twin_st_shared_v4_f32)

@@ -1,0 +1,476 @@
+"""Token embedding: the forward gather out[m, :] = table[ids[m], :] and its backward, a scatter-add into dtable.
+
+table (V, D) float32, ids (M,) integer token ids in [0, V), out and dout (M, D) float32. The backward is
+dtable[v, :] = sum of dout[m, :] over the tokens m with ids[m] == v (dtable is overwritten; an id that no token
+uses gets a row of zeros). Tokens that share an id are a race for the same row: the versions handle it apart.
+
+gather: one block per token row (a grid-stride loop over rows), threads along D: coalesced reads and writes.
+version 1: zero dtable, then one float atomic add per element (cuda.atomic.add). Simple, but the adds into a row
+           land in whatever order the hardware serves them, and float addition is not associative: the result
+           can change in its last bits from run to run (checked against the exact sum with a rounding bound).
+version 2: deterministic, no float atomics. A stable counting sort on the device: count the tokens per (tile of
+           tokens, id) with integer atomics, scan the counts to row offsets, place each token's index in id order
+           keeping token order (its rank among the earlier tokens of its tile with the same id); then one block per
+           (vocabulary row, column chunk) sums that row's tokens in token order. Bit-exact with `reference`, which
+           adds each row's tokens in token order in float32, and the same bits on every run.
+
+Hot path: pass device arrays, a `Scratch` made once for version 2, and check_range=False for device ids that
+were range-checked where they were made (checking them here copies them to the host). The kernels never read
+or write outside their arrays even so: a gathered row for an id outside [0, V) is NaN, and the backward
+skips such a token.
+Run `python -m fp8lab.kernels.embedding` to check every kernel against the reference and time it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _validate, bench, runtime, timing
+from ..runtime import MAX_BLOCKS, cuda
+
+VERSIONS = {
+    1: "zero dtable, then a float atomic add per element (run-to-run bits may differ)",
+    2: "deterministic: stable counting sort of the ids, then per-row sums in token order (bit-exact)",
+}
+BEST = 2
+
+THREADS = runtime.block_threads(256)  # row kernels (gather, zero, atomics): threads along D
+SUM_THREADS = runtime.block_threads(128)  # version 2's sums: columns of one chunk
+TILE_TOKENS = runtime.block_threads(512)  # version 2: tokens per counting tile (one thread each)
+SCAN_THREADS = runtime.block_threads(1024)  # version 2: the one block that scans the row counts
+UNROLL = 8  # version 2's sums: loads in flight per thread before their in-order adds
+_NAN = np.float32(np.nan)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Forward: gather
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit
+def gather_kernel(table, ids, out):
+    vocab = table.shape[0]
+    D = table.shape[1]
+    m = cuda.blockIdx.x
+    while m < ids.size:  # a block per token row, grid-stride
+        v = ids[m]
+        if 0 <= v < vocab:  # the same for the whole block: no divergence
+            for d in range(cuda.threadIdx.x, D, cuda.blockDim.x):  # neighbouring threads, neighbouring columns
+                out[m, d] = table[v, d]
+        else:  # an id the host did not check: a visible NaN row, never a read outside the table
+            for d in range(cuda.threadIdx.x, D, cuda.blockDim.x):
+                out[m, d] = _NAN
+        m += cuda.gridDim.x
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Backward version 1: float atomics
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit
+def zero_rows_kernel(a):
+    r = cuda.blockIdx.x
+    while r < a.shape[0]:
+        for c in range(cuda.threadIdx.x, a.shape[1], cuda.blockDim.x):
+            a[r, c] = 0
+        r += cuda.gridDim.x
+
+
+@cuda.jit
+def scatter_add_atomic_kernel(dout, ids, dtable):
+    vocab = dtable.shape[0]
+    D = dtable.shape[1]
+    m = cuda.blockIdx.x
+    while m < ids.size:
+        v = ids[m]
+        if 0 <= v < vocab:
+            for d in range(cuda.threadIdx.x, D, cuda.blockDim.x):
+                cuda.atomic.add(dtable, (v, d), dout[m, d])  # tokens with the same id race here
+        m += cuda.gridDim.x
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Backward version 2: stable counting sort, then per-row sums in token order
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit
+def tile_count_kernel(ids, tile_counts):
+    """tile_counts[t, v] += 1 for every token of tile t (TILE_TOKENS tokens, one per thread) with id v."""
+    m = cuda.blockIdx.x * TILE_TOKENS + cuda.threadIdx.x
+    if m < ids.size:
+        v = ids[m]
+        if 0 <= v < tile_counts.shape[1]:
+            cuda.atomic.add(tile_counts, (cuda.blockIdx.x, v), 1)  # integer atomics: exact in any order
+
+
+@cuda.jit
+def tile_scan_kernel(tile_counts, offsets):
+    """Per id v (one thread each, coalesced across v): tile_counts[:, v] becomes its exclusive scan over tiles (the
+    tokens of v in earlier tiles), and offsets[v + 1] the total count of v."""
+    v = cuda.grid(1)
+    if v < tile_counts.shape[1]:
+        run = 0
+        for t in range(tile_counts.shape[0]):
+            c = tile_counts[t, v]
+            tile_counts[t, v] = run
+            run += c
+        offsets[v + 1] = run
+
+
+@cuda.jit(device=True)
+def _block_exclusive_scan(x, buf):
+    """Exclusive prefix sum of x over the block (Hillis-Steele in shared memory; buf holds blockDim.x ints)."""
+    tid = cuda.threadIdx.x
+    buf[tid] = x
+    cuda.syncthreads()
+    step = 1
+    while step < cuda.blockDim.x:
+        t = buf[tid - step] if tid >= step else 0
+        cuda.syncthreads()  # every read of this step before any write
+        buf[tid] += t
+        cuda.syncthreads()
+        step *= 2
+    out = buf[tid] - x
+    cuda.syncthreads()  # buf may be reused right after
+    return out
+
+
+@cuda.jit
+def offsets_scan_kernel(offsets):
+    """One block: offsets[1:] holds the count of each id; it becomes offsets[v] = the first slot of id v in the
+    sorted order, offsets[V] = the number of placed tokens. Each thread scans a contiguous segment of ids."""
+    buf = cuda.shared.array(SCAN_THREADS, np.int32)
+    vocab = offsets.size - 1
+    tid = cuda.threadIdx.x
+    seg = (vocab + cuda.blockDim.x - 1) // cuda.blockDim.x
+    lo = min(tid * seg, vocab)
+    hi = min(lo + seg, vocab)
+    s = 0
+    for v in range(lo, hi):
+        s += offsets[v + 1]
+    run = _block_exclusive_scan(s, buf)  # its syncthreads order these reads before the writes below
+    for v in range(lo, hi):
+        run += offsets[v + 1]
+        offsets[v + 1] = run
+    if tid == 0:
+        offsets[0] = 0
+
+
+@cuda.jit
+def place_kernel(ids, tile_counts, offsets, order):
+    """order[slot] = m, with slot = the start of id v + v's tokens in earlier tiles + its rank among the earlier
+    tokens of this tile with id v: a stable counting sort (equal ids keep token order)."""
+    tile_ids = cuda.shared.array(TILE_TOKENS, np.int32)
+    tid = cuda.threadIdx.x
+    m = cuda.blockIdx.x * TILE_TOKENS + tid
+    v = -1
+    if m < ids.size:
+        v = ids[m]
+        if not (0 <= v < tile_counts.shape[1]):
+            v = -1  # skipped, and never equal to a real id below
+    tile_ids[tid] = v
+    cuda.syncthreads()
+    if v >= 0:
+        rank = 0
+        for j in range(tid):  # every thread reads the same address: a broadcast, no bank conflict
+            if tile_ids[j] == v:
+                rank += 1
+        order[offsets[v] + tile_counts[cuda.blockIdx.x, v] + rank] = m
+
+
+@cuda.jit
+def row_sum_kernel(dout, order, offsets, dtable):
+    """dtable[v, d] = the sum of dout[m, d] over v's tokens m in token order, from 0, in float32: one block per
+    (row v, chunk of blockDim.x columns), grid-stride. Rows without tokens get 0."""
+    buf = cuda.local.array(UNROLL, np.float32)
+    vocab = dtable.shape[0]
+    D = dtable.shape[1]
+    chunks = (D + cuda.blockDim.x - 1) // cuda.blockDim.x
+    w = cuda.blockIdx.x
+    while w < vocab * chunks:
+        v = w // chunks
+        d = (w % chunks) * cuda.blockDim.x + cuda.threadIdx.x
+        if d < D:
+            acc = np.float32(0)
+            k = int(offsets[v])
+            end = int(offsets[v + 1])
+            while k + UNROLL <= end:
+                for u in range(UNROLL):  # UNROLL independent loads in flight together...
+                    buf[u] = dout[order[k + u], d]
+                for u in range(UNROLL):  # ...then the adds, strictly in token order
+                    acc += buf[u]
+                k += UNROLL
+            while k < end:
+                acc += dout[order[k], d]
+                k += 1
+            dtable[v, d] = acc
+        w += cuda.gridDim.x
+
+
+class Scratch:
+    """Version 2's device buffers for `vocab` rows and up to `tokens` ids, allocated once and reused every step.
+
+    tile_counts (ceil(tokens / TILE_TOKENS), vocab) int32: tokens per (tile, id), then their tile bases;
+    offsets (vocab + 1,) int32: id v's tokens are order[offsets[v]:offsets[v + 1]];
+    order (tokens,) int32: token indices sorted by id, token order kept within an id.
+    """
+
+    def __init__(self, vocab: int, tokens: int):
+        self.vocab = _validate.positive_int("vocab", vocab)
+        self.tokens = _validate.positive_int("tokens", tokens)
+        self.tiles = math.ceil(self.tokens / TILE_TOKENS)
+        self.tile_counts = cuda.device_array((self.tiles, self.vocab), np.int32)
+        self.offsets = cuda.device_array(self.vocab + 1, np.int32)
+        self.order = cuda.device_array(self.tokens, np.int32)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Launchers (device arrays, checked by the public functions below)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _rows_grid(rows: int) -> int:
+    return max(1, min(rows, MAX_BLOCKS))
+
+
+def _launch_backward(dout, ids, dtable, version: int, scratch) -> None:
+    vocab, D = dtable.shape
+    M = ids.shape[0]
+    if version == 1:
+        zero_rows_kernel[_rows_grid(vocab), THREADS](dtable)
+        scatter_add_atomic_kernel[_rows_grid(M), THREADS](dout, ids, dtable)
+        return
+    tiles = math.ceil(M / TILE_TOKENS)
+    zero_rows_kernel[_rows_grid(scratch.tiles), THREADS](scratch.tile_counts)
+    tile_count_kernel[tiles, TILE_TOKENS](ids, scratch.tile_counts)
+    tile_scan_kernel[runtime.grid_1d(vocab, THREADS)](scratch.tile_counts, scratch.offsets)
+    offsets_scan_kernel[1, SCAN_THREADS](scratch.offsets)
+    place_kernel[tiles, TILE_TOKENS](ids, scratch.tile_counts, scratch.offsets, scratch.order)
+    chunks = math.ceil(D / SUM_THREADS)
+    row_sum_kernel[_rows_grid(vocab * chunks), SUM_THREADS](dout, scratch.order, scratch.offsets, dtable)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Public ops: argument checks, NumPy or device arrays
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _checked_ids(ids, vocab: int, check_range, rows_of: str):
+    """ids as a 1-D integer array (NumPy: C-contiguous int32; device: int32 or int64 as given), range-checked
+    against [0, vocab) unless check_range is False and ids is a device array."""
+    check_range = _validate.boolean("check_range", check_range)
+    ids = _validate.array("ids", ids, ndim=1)
+    on_device = _validate.is_device_array(ids)
+    dtype = np.dtype(ids.dtype)
+    if on_device and dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise TypeError(f"ids must have dtype int32 or int64 on the device, got {_validate.describe(ids)}")
+    if dtype.kind not in "iu":
+        raise TypeError(f"ids must have an integer dtype (token ids), got {_validate.describe(ids)}")
+    if check_range or not on_device:
+        host = runtime.to_host(ids)
+        bad = (host < 0) | (host >= vocab)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"ids must lie in [0, {vocab}) (the rows of {rows_of}), got {int(bad.sum())} value(s) "
+                             f"outside, the first ({host[i]}) at index {i} in {_validate.describe(ids)}")
+    return ids if on_device else np.ascontiguousarray(ids, dtype=np.int32)
+
+
+def _finish(out, dev_out):
+    """Copy a device result into a NumPy `out` (the NumPy convenience path); return out."""
+    if dev_out is not out:
+        out[...] = dev_out.copy_to_host()
+    return out
+
+
+def gather(table, ids, out, *, check_range: bool = True):
+    """out[m, :] = table[ids[m], :]: table (V, D) float32, ids (M,) integer in [0, V), out (M, D) float32.
+
+    NumPy or device arrays; out is written and returned. check_range=False skips the range check of device ids
+    (it copies them to the host); an id outside [0, V) then gives a NaN row, never a read outside the table.
+    """
+    table = _validate.array("table", table, dtype=np.float32, ndim=2)
+    vocab, D = table.shape
+    ids = _checked_ids(ids, vocab, check_range, "table")
+    out = _validate.array("out", out, dtype=np.float32, shape=(ids.shape[0], D))
+    dev_out = out if _validate.is_device_array(out) else cuda.device_array(out.shape, np.float32)
+    gather_kernel[_rows_grid(ids.shape[0]), THREADS](runtime.to_device(table), runtime.to_device(ids), dev_out)
+    return _finish(out, dev_out)
+
+
+def backward(dout, ids, dtable, version: int | None = None, *, scratch: Scratch | None = None,
+             check_range: bool = True):
+    """dtable[v, :] = sum of dout[m, :] over the tokens with ids[m] == v (0 where no token has id v).
+
+    dout (M, D) float32, ids (M,) integer in [0, V), dtable (V, D) float32, overwritten and returned; NumPy or
+    device arrays. version None: BEST. Version 2 uses `scratch` (a Scratch(V, tokens >= M), made once per run)
+    or allocates one per call. check_range=False skips the range check of device ids (a copy to the host); the
+    kernels then skip any token whose id is outside [0, V).
+    """
+    dout = _validate.array("dout", dout, dtype=np.float32, ndim=2)
+    M, D = dout.shape
+    dtable = _validate.array("dtable", dtable, dtype=np.float32, ndim=2)
+    vocab = dtable.shape[0]
+    if dtable.shape[1] != D:
+        raise ValueError(f"dtable must have shape ({vocab}, {D}) (D columns, as dout has), got "
+                         f"{_validate.describe(dtable)}")
+    ids = _checked_ids(ids, vocab, check_range, "dtable")
+    if ids.shape[0] != M:
+        raise ValueError(f"dout must have shape ({ids.shape[0]}, {D}) (one row per id), got "
+                         f"{_validate.describe(dout)}")
+    version = _validate.version("version", version, VERSIONS, default=BEST)
+    if version == 2:
+        if scratch is None:
+            scratch = Scratch(vocab, M)
+        elif not isinstance(scratch, Scratch):
+            raise TypeError(f"scratch must be a Scratch or None, got {_validate.describe(scratch)}")
+        elif scratch.vocab != vocab or scratch.tokens < M:
+            raise ValueError(f"scratch must be a Scratch for vocab = {vocab} and tokens >= {M}, got one for vocab = "
+                             f"{scratch.vocab} and tokens = {scratch.tokens}")
+    dev_out = dtable if _validate.is_device_array(dtable) else cuda.device_array(dtable.shape, np.float32)
+    _launch_backward(runtime.to_device(dout), runtime.to_device(ids), dev_out, version, scratch)
+    return _finish(dtable, dev_out)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# References (NumPy)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def reference_gather(table, ids) -> np.ndarray:
+    """The spec of gather: table[ids] (exact)."""
+    return np.asarray(table, np.float32)[np.asarray(ids)]
+
+
+def reference(dout, ids, vocab: int) -> np.ndarray:
+    """The spec of the backward, bit for bit: each row of a float32 zero table gets its tokens' dout rows added
+    one by one in token order, in float32 (what version 2 computes)."""
+    dout = np.asarray(dout, np.float32)
+    dtable = np.zeros((vocab, dout.shape[1]), np.float32)
+    for m, v in enumerate(np.asarray(ids).tolist()):
+        dtable[v] += dout[m]  # one float32 rounding per add, token order
+    return dtable
+
+
+def reference_exact(dout, ids, vocab: int) -> np.ndarray:
+    """The backward in float64 (order-free to within float64 rounding): what version 1 is compared with."""
+    dtable = np.zeros((vocab, np.shape(dout)[1]), np.float64)
+    np.add.at(dtable, np.asarray(ids), np.asarray(dout, np.float64))
+    return dtable
+
+
+def error_bound(dout, ids, vocab: int) -> np.ndarray:
+    """Elementwise bound on |a float32 sum of a row's tokens in any order - the exact sum|.
+
+    n addends starting from 0 take at most n - 1 roundings of relative error u = 2^-24 each, so the recursive
+    summation bound is gamma_(n-1) * sum |dout| with gamma_k = k u / (1 - k u) (Higham, Accuracy and Stability of
+    Numerical Algorithms, 2nd ed., section 4.2); n * 2^-23 covers it with a factor of 2 to spare. Rows without
+    tokens get 0: they must be exactly 0.
+    """
+    ids = np.asarray(ids)
+    n = np.bincount(ids, minlength=vocab).astype(np.float64)
+    abs_sum = reference_exact(np.abs(np.asarray(dout, np.float32)), ids, vocab)
+    return n[:, None] * 2.0**-23 * abs_sum
+
+
+def assert_bits_equal(name: str, got, ref) -> None:
+    """float32 arrays equal bit for bit (a NaN, or a -0 for a +0, is a mismatch)."""
+    got, ref = np.asarray(got), np.asarray(ref)
+    bench.assert_close(name, got, ref, atol=0, rtol=0)  # readable first mismatches (NaN fails)
+    if got.dtype != ref.dtype or not np.array_equal(got.view(np.uint32), ref.view(np.uint32)):
+        raise AssertionError(f"{name}: equal values but not equal bits (signed zeros?)")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The harness
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def problem(rng, vocab: int, tokens: int, D: int, unused=()):
+    """(table, ids, dout): standard-normal float32 table (vocab, D) and dout (tokens, D), ids drawn uniformly from
+    [0, vocab) without the rows in `unused` (so their gradient rows must come out 0)."""
+    rows = np.setdiff1d(np.arange(vocab), np.asarray(unused, np.int64))
+    ids = rng.choice(rows, tokens).astype(np.int32)
+    table = rng.standard_normal((vocab, D), dtype=np.float32)
+    dout = rng.standard_normal((tokens, D), dtype=np.float32)
+    return table, ids, dout
+
+
+def checks(rng) -> list:
+    # simulator: a few tiles of TILE_TOKENS (32) with a partial last one; GPU: the capstone's short vocabulary
+    vocab, M, D = (7, 70, 37) if runtime.IS_SIM else (65, 16381, 1025)
+    unused = (2, vocab - 1)
+    table, ids, dout = problem(rng, vocab, M, D, unused)
+    dtable_, ids_, dout_ = cuda.to_device(table), cuda.to_device(ids), cuda.to_device(dout)
+    out = bench.poisoned((M, D), np.float32)
+    gather(dtable_, ids_, out)
+    assert_bits_equal("gather", out.copy_to_host(), reference_gather(table, ids))
+    rows = [(f"gather, V={vocab} M={M} D={D}", "exact")]
+
+    ref = reference(dout, ids, vocab)
+    g = bench.poisoned((vocab, D), np.float32)  # the unused rows too: they must become 0
+    backward(dout_, ids_, g, 1)
+    got = g.copy_to_host()
+    bench.assert_close("backward v1", got, reference_exact(dout, ids, vocab), atol=error_bound(dout, ids, vocab),
+                       rtol=0)
+    if (got[list(unused)] != 0).any():
+        raise AssertionError(f"backward v1: rows {unused} have no tokens and must be 0")
+    rows.append((f"backward v1, V={vocab} M={M} D={D}, rows {unused} unused", "within the float32 summation bound"))
+
+    scratch = Scratch(vocab, M)
+    for run in (1, 2):  # the second run, on reused scratch, must give the same bits
+        g = bench.poisoned((vocab, D), np.float32)
+        backward(dout_, ids_, g, 2, scratch=scratch)
+        assert_bits_equal(f"backward v2 (run {run})", g.copy_to_host(), ref)
+    rows.append((f"backward v2, V={vocab} M={M} D={D}, rows {unused} unused, run twice", "bit-exact, twice"))
+    return rows
+
+
+def timings(rng, args) -> list:
+    M, D = 16384, 1024
+    ceiling = bench.copy_ceiling_gbs(4 * M * D)
+    torch = bench.torch_cuda()
+    tables = []
+    for vocab in (65, 32000):  # 65: ~250 tokens per row, the hard case for atomics; 32000: mostly 0 or 1
+        table, ids, dout = problem(rng, vocab, M, D)
+        t_, i_, d_ = cuda.to_device(table), cuda.to_device(ids), cuda.to_device(dout)
+        out = cuda.device_array((M, D), np.float32)
+        dtable = cuda.device_array((vocab, D), np.float32)
+        scratch = Scratch(vocab, M)
+        gather_bytes = 4 * M + 4 * len(np.unique(ids)) * D + 4 * M * D  # ids, each used row once, out
+        backward_bytes = 4 * M + 4 * M * D + 4 * vocab * D  # ids, dout, dtable
+        rows = [bench.Row("gather: a block per token row",
+                          timing.time_ms(lambda: gather(t_, i_, out, check_range=False)), gather_bytes)]
+        rows += [bench.Row(f"backward v{v}: {desc}",
+                           timing.time_ms(lambda v=v: backward(d_, i_, dtable, v, scratch=scratch, check_range=False)),
+                           backward_bytes) for v, desc in VERSIONS.items()]
+        if torch is not None:
+            F = torch.nn.functional
+            ti = torch.as_tensor(ids.astype(np.int64), device="cuda")
+            tw, tg = torch.as_tensor(table, device="cuda"), torch.as_tensor(dout, device="cuda")
+            tdt = torch.empty((vocab, D), device="cuda")
+            rows.append(bench.Row("torch F.embedding", timing.torch_time_ms(torch, lambda: F.embedding(ti, tw)),
+                                  gather_bytes))
+            rows.append(bench.Row("torch zero_ + index_add_ (float atomics)",
+                                  timing.torch_time_ms(torch, lambda: tdt.zero_().index_add_(0, ti, tg)),
+                                  backward_bytes))
+            rows.append(bench.Row("torch embedding backward (aten.embedding_dense_backward)",
+                                  timing.torch_time_ms(
+                                      torch, lambda: torch.ops.aten.embedding_dense_backward(tg, ti, vocab, -1, False)),
+                                  backward_bytes))
+        tables.append(bench.Table(
+            f"embedding, M={M} tokens, D={D}, V={vocab} ({M / vocab:,.1f} tokens per row), float32; bytes = ids + "
+            f"used table rows once + out (gather), ids + dout + dtable (backward)", "GB/s", rows, ceiling=ceiling))
+    return tables
+
+
+def main(argv=None) -> int:
+    return bench.main(__name__, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,689 @@
+"""Fused bias + RMSNorm + 1x128 E4M3 tile quantization (the capstone's pre-norm), and its backward.
+
+For x (M, N) float32 (the residual stream), an optional bias b (N,) and the gain g (N,), all float32:
+
+    y = x + b                              (float32; y = x when there is no bias)
+    rstd = 1 / sqrt(mean(y^2) + eps)       per row, eps = spec.RMSNORM_EPS (the same as kernels/rmsnorm.py)
+    z = y * rstd * g                       (float32, in this order)
+
+and the outputs codes (M, N) uint8 E4M3 and scales (M, ceil(N/128)) float32, the 1x128 tile quantization of the
+float32 z by fp8lab/spec.py's rule (scale = amax / 448 per tile, the amax floored at AMAX_FLOOR, round to nearest
+even, saturating; a tile holding NaN/Inf is poisoned), rstd (M,) for the backward, and z only when asked for.
+Only rstd depends on a kernel's order of additions; given the rstd a kernel wrote, its codes, scales and z are bit
+for bit those of `reference(x, b, g, rstd)`.
+
+version 1: unfused: a row kernel (one block per row, block reduction) writes z to global memory, then a warp-per-tile
+           kernel reads z back and quantizes it: z makes a round trip (8 more bytes per element than needed).
+version 2: fused: one block per row keeps its row in registers, reduces rstd, then computes z tile by tile, finds
+           each tile's amax with warp shuffles and writes codes and scales; z reaches memory only when asked for.
+
+How version 2 moves only the bytes that must move (x read, codes written: 5 bytes per element; b, g, scales and
+rstd are small, and b and g stay in the L2 cache), at the bandwidth of a copy:
+- The row is read once, with many loads in flight. Each thread issues all of its 16-byte loads (ld.global.v4.f32)
+  of x and b into local arrays before it uses any value (memory-level parallelism: a warp of N = 7168 has 8 x 512
+  bytes of x in flight), then the sum of squares, the block reduction, rstd, z, the amax and the codes all come
+  from those registers. The arrays' indices are constants once the loops are unrolled, so they live in registers
+  (the PTX has no local memory).
+- Layout (quantize_fine version 3's): a warp takes a "set" of 4 neighbouring tiles, 8 lanes per tile, and lane l of
+  a tile holds the float4s l, l + 8, l + 16, l + 24 of it (16 elements). Each load instruction of the warp reads
+  four whole 128-byte lines; a tile's amax takes 3 xor-shuffles inside its 8 lanes and its scale two divisions,
+  spread over 16 elements per lane; the hardware cvt.rn.satfinite.e4m3x2.f32 packs the codes two at a time and
+  four codes leave in one 4-byte store.
+- The block size follows N: warps = ceil(sets / SETS_PER_WARP), at least MIN_WARPS, so a thread holds at most 2
+  sets (32 floats of x, 32 of b) and a wide row is spread over more warps, not more registers (N = 1024: 2 warps,
+  N = 7168: 7). Up to FIT_THREADS threads (N = 16384) a block's registers always fit an SM; longer rows get
+  ANY_THREADS threads holding more sets each (with many sets the compiler keeps them in local memory: correct,
+  slower). The block size is compiled in (one kernel per size, cached), so each load's offset from the thread's
+  first address is a constant; only a warp's last set can pass the end of the row, and its loads read from a
+  clamped address and select 0 rather than branch, so that nothing separates the loads.
+- Rows that are not a multiple of 4 floats (or misaligned arrays) run the same layout with scalar loads and byte
+  stores (a flag compiled into the kernel). Elements past N are zeros in registers: they add nothing to the sum of
+  squares and leave the amax of a partial last tile alone.
+
+Backward (`backward`, one version; y = x + b is recomputed, not stored), with dot = sum_n dz * g * y per row:
+    dy = rstd * g * dz - rstd^3 * y * dot / N    (dx = dy, since y = x + b; db = column sum of dy)
+    gy = dz * y * rstd                            (dg = column sum of gy)
+One block per row; a thread keeps its elements of y and dz in registers, so x and dz are read once. Element
+n = thread + k * threads: every warp access, load or store, is one coalesced 128-byte line, and with the block size
+compiled in and unsigned indices (numba adds no negative-index wrap-around to those), each is one base address
+plus a constant offset. The column sums of dx and gy are the caller's (elementwise.colsum): no atomics.
+
+Run `python -m fp8lab.kernels.norm_quant` to check both versions and the backward against the references, then
+(on a GPU) time them against a copy and PyTorch.
+TIP: a kernel that fails only on the GPU: run it under the simulator (FP8LAB_BACKEND=sim), where `print` and pdb
+work inside kernels; keep the shape small.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _validate as V
+from .. import bench, runtime, spec, timing
+from ..ptx import ld_global_v4_f32
+from ..runtime import FULL_MASK, MAX_BLOCKS, WARP_SIZE, cuda, shfl_xor_sync
+from ..spec import FP8_MAX, GROUP_K, POISON_CODE
+from .common import CVT_X2, ENCODE_SAT, amax_scale, block_sum, load4, nanmax, vec_ok, warp_max
+
+EPS = spec.RMSNORM_EPS
+TILE = GROUP_K  # 1 x 128 tiles (DeepSeek-V3 activations)
+_E4M3_MAX = FP8_MAX["e4m3"]
+_ZERO = np.float32(0.0)
+_ONE = np.float32(1.0)
+
+MIN_WARPS = 1 if runtime.IS_SIM else 2  # warps per row block at least (one under the simulator: faster lessons)
+MAX_THREADS = 1024  # CUDA's limit per block
+FIT_THREADS = 512  # blocks up to this size when a thread holds 2 sets / 16 elements (under 128 registers each)
+ANY_THREADS = 256  # blocks of this size launch whatever their register count (256 x 255 < 65536 per SM)
+THREADS1 = runtime.block_threads(128)  # version 1's row kernel
+QUANT_WARPS1 = 1 if runtime.IS_SIM else 4  # version 1's quantize kernel: warps per block, one tile each
+PER_LANE1 = TILE // WARP_SIZE  # version 1's quantize kernel: elements per lane (array sizes must be constants)
+LANES = 8  # version 2: lanes per tile
+TILES_PER_SET = WARP_SIZE // LANES  # version 2: a warp's set of neighbouring tiles
+SET_VALUES = TILE * TILES_PER_SET // WARP_SIZE  # 16 floats a lane holds per set
+SETS_PER_WARP = 2  # version 2: sets a thread holds while warps last (32 floats in registers)
+BWD_PER_THREAD = 16  # backward: elements of y (and of dz) a thread holds while threads last
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Version 1: unfused (row kernel writes z, quantize kernel reads it back)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def make_forward_kernels1(has_bias: bool):
+    """(row kernel, quantize kernel) of version 1; has_bias is compiled in."""
+    encode = ENCODE_SAT["e4m3"]
+
+    @cuda.jit
+    def rmsnorm_bias_kernel1(x, b, g, z, rstd):
+        """One block per row: block_sum of y^2, then z = y * rstd * g (x and b are read twice)."""
+        slots = cuda.shared.array(32, np.float32)
+        N = x.shape[1]
+        m = cuda.blockIdx.x
+        ss = _ZERO
+        for n in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            v = x[m, n]
+            if has_bias:
+                v += b[n]
+            ss += v * v
+        ss = block_sum(ss, slots)
+        r = np.float32(_ONE / math.sqrt(ss / np.float32(N) + EPS))
+        if cuda.threadIdx.x == 0:
+            rstd[m] = r
+        for n in range(cuda.threadIdx.x, N, cuda.blockDim.x):
+            v = x[m, n]
+            if has_bias:
+                v += b[n]
+            z[m, n] = v * r * g[n]
+
+    @cuda.jit
+    def tile_quantize_kernel1(z, codes, scales):
+        """One warp per 1 x 128 tile of z: 4 elements per lane, warp_max, the software E4M3 encoder."""
+        vals = cuda.local.array(PER_LANE1, np.float32)
+        N = z.shape[1]
+        ntiles = scales.shape[1]
+        lane = cuda.threadIdx.x % WARP_SIZE
+        w = cuda.grid(1) // WARP_SIZE
+        while w < scales.size:  # warp-uniform: every lane reaches every shuffle
+            r = w // ntiles
+            t = w % ntiles
+            amax = _ZERO
+            for j in range(PER_LANE1):
+                c = t * TILE + lane + WARP_SIZE * j  # lanes on consecutive addresses: coalesced
+                v = z[r, c] if c < N else _ZERO
+                vals[j] = v
+                amax = nanmax(amax, abs(v))
+            amax = warp_max(amax)
+            s, inv = amax_scale(amax, _E4M3_MAX)
+            for j in range(PER_LANE1):
+                c = t * TILE + lane + WARP_SIZE * j
+                if c < N:
+                    codes[r, c] = POISON_CODE if inv != inv else encode(vals[j] * inv)
+            if lane == 0:
+                scales[r, t] = s
+            w += cuda.gridsize(1) // WARP_SIZE
+
+    return rmsnorm_bias_kernel1, tile_quantize_kernel1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Version 2: fused, the row in registers
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def load4_row(a, i, c, N, vec, inside):
+    """a[i, c:c+4] as four float32, zeros past N.
+
+    vec (N % 4 == 0, 16-byte aligned rows): one 16-byte load; where the caller knows the float4 is inside the row
+    (`inside`, a constant once loops are unrolled) from a constant offset, else from a clamped address (c past N
+    reads the row's last float4 again) followed by a select. No branch either way, so the compiler can issue all of
+    a thread's loads back to back. Not vec: common.load4 (scalar loads, bounds checked)."""
+    if vec:
+        if inside:
+            return ld_global_v4_f32(a, i, c)
+        ok = c < N
+        v0, v1, v2, v3 = ld_global_v4_f32(a, i, c if ok else N - 4)
+        return (v0 if ok else _ZERO), (v1 if ok else _ZERO), (v2 if ok else _ZERO), (v3 if ok else _ZERO)
+    return load4(a, i, c, i + 1, N, 0)
+
+
+def make_forward_kernel2(warps: int, sets: int, has_bias: bool, write_z: bool, vec: int):
+    """Version 2 for blocks of `warps` warps, each holding up to `sets` tile sets of a row; bias, z output and
+    16-byte access compiled in. With the block size a constant, every load's offset from the thread's first
+    address is a constant too: one address register per array, not one per load."""
+    cvt_x2 = CVT_X2["e4m3"]
+    nvals = sets * SET_VALUES
+    nbias = nvals if has_bias else 1
+    poison4 = np.uint32(POISON_CODE * 0x01010101)
+
+    @cuda.jit
+    def norm_quant_kernel2(x, b, g, codes, codes4, scales, rstd, z):
+        """b and g are (1, N) views, so that they are read 16 bytes at a time too; codes4 is codes viewed as uint32
+        (M, N/4) where vec (else unused).
+
+        Sets s < sets - 1 of every warp are whole sets of whole tiles (sets = ceil(row's sets / warps)), so only
+        the last one needs bounds."""
+        y = cuda.local.array(nvals, np.float32)  # registers: every index is a constant once loops are unrolled
+        bv = cuda.local.array(nbias, np.float32)
+        gv = cuda.local.array(SET_VALUES, np.float32)
+        slots = cuda.shared.array(32, np.float32)
+        N = x.shape[1]
+        ntiles = scales.shape[1]
+        lane = cuda.threadIdx.x % WARP_SIZE
+        warp = cuda.threadIdx.x // WARP_SIZE
+        sub = lane // LANES  # which tile of the set
+        gl = lane % LANES  # lane within the tile
+        m = cuda.blockIdx.x
+        first = (warp * TILES_PER_SET + sub) * TILE + gl * 4  # the thread's first element in set 0
+        # 1. the row (and b, from L2) into registers: every load issued before any value is used
+        for s in range(sets):
+            for q in range(4):
+                i = s * SET_VALUES + 4 * q
+                c = first + s * warps * TILES_PER_SET * TILE + q * LANES * 4
+                y[i], y[i + 1], y[i + 2], y[i + 3] = load4_row(x, m, c, N, vec, s < sets - 1)
+                if has_bias:
+                    bv[i], bv[i + 1], bv[i + 2], bv[i + 3] = load4_row(b, 0, c, N, vec, s < sets - 1)
+        if has_bias:
+            for i in range(nvals):
+                y[i] += bv[i]
+        # 2. rstd (elements past N are 0)
+        ss = _ZERO
+        for i in range(nvals):
+            ss += y[i] * y[i]
+        ss = block_sum(ss, slots)
+        r = np.float32(_ONE / math.sqrt(ss / np.float32(N) + EPS))
+        if cuda.threadIdx.x == 0:
+            rstd[m] = r
+        # 3. z, tile amax, scale, codes, one set at a time
+        for s in range(sets):
+            ts = warp + s * warps
+            if ts * TILES_PER_SET < ntiles:  # warp-uniform: all 32 lanes reach the shuffles
+                tk = ts * TILES_PER_SET + sub
+                c0 = first + s * warps * TILES_PER_SET * TILE
+                for q in range(4):  # g (L1/L2 hits) for the whole set first
+                    gv[4 * q], gv[4 * q + 1], gv[4 * q + 2], gv[4 * q + 3] = load4_row(
+                        g, 0, c0 + q * LANES * 4, N, vec, s < sets - 1)
+                amax = _ZERO
+                bad = _ZERO  # stays 0 unless some z is NaN or +-Inf (z * 0 is NaN then): poisons the tile
+                for j in range(SET_VALUES):
+                    i = s * SET_VALUES + j
+                    y[i] = y[i] * r * gv[j]  # z replaces y in the registers
+                    amax = max(amax, abs(y[i]))  # a plain max: NaN is caught by `bad`
+                    bad += y[i] * _ZERO
+                amax += bad
+                off = LANES // 2
+                while off > 0:  # xor partners stay inside the tile's 8 lanes
+                    amax = nanmax(amax, shfl_xor_sync(FULL_MASK, amax, off))
+                    off //= 2
+                scale, inv = amax_scale(amax, _E4M3_MAX)
+                if tk < ntiles:
+                    for q in range(4):
+                        c = c0 + q * LANES * 4
+                        i = s * SET_VALUES + 4 * q
+                        if c < N:
+                            word = poison4
+                            if inv == inv:
+                                lo = cvt_x2(y[i + 1] * inv, y[i] * inv)  # element c in the low byte
+                                hi = cvt_x2(y[i + 3] * inv, y[i + 2] * inv)
+                                word = np.uint32(lo) | (np.uint32(hi) << np.uint32(16))
+                            if vec:
+                                codes4[m, c // 4] = word  # little-endian: byte e of the word is element c + e
+                            for e in range(4):
+                                if not vec and c + e < N:
+                                    codes[m, c + e] = np.uint8((word >> np.uint32(8 * e)) & np.uint32(0xFF))
+                                if write_z and c + e < N:
+                                    z[m, c + e] = y[i + e]
+                    if gl == 0:
+                        scales[m, tk] = scale
+
+    return norm_quant_kernel2
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Backward
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def make_backward_kernel(threads: int, per_thread: int, has_bias: bool):
+    """The backward for blocks of `threads` threads, each holding up to `per_thread` elements of a row (element
+    n = thread + k * threads); bias compiled in. The block size is a constant, so every load's offset from the
+    thread's first address is a constant too, and only the last k can fall past N (per_thread = ceil(N / threads))."""
+
+    @cuda.jit
+    def norm_quant_backward_kernel(dz, x, b, g, rstd, dx, gy):
+        ys = cuda.local.array(per_thread, np.float32)  # registers (constant indices once unrolled)
+        dzs = cuda.local.array(per_thread, np.float32)
+        slots = cuda.shared.array(32, np.float32)
+        N = x.shape[1]
+        # Unsigned indices: numba adds no negative-index wrap-around, so x[m, tid + k * threads] is one base address
+        # plus a constant offset per k.
+        tid = np.uint64(cuda.threadIdx.x)
+        m = np.uint64(cuda.blockIdx.x)
+        nu = np.uint64(N)  # (comparing unsigned with signed integers would go through float64)
+        last = tid + np.uint64((per_thread - 1) * threads)
+        ok = last < nu
+        nl = last if ok else nu - np.uint64(1)  # the last k reads from a clamped index, then selects: no branch
+        # all loads issued before any value is used
+        for k in range(per_thread - 1):
+            ys[k] = x[m, tid + np.uint64(k * threads)]
+            dzs[k] = dz[m, tid + np.uint64(k * threads)]
+        v = x[m, nl]
+        d = dz[m, nl]
+        ys[per_thread - 1] = v if ok else _ZERO
+        dzs[per_thread - 1] = d if ok else _ZERO
+        if has_bias:
+            for k in range(per_thread - 1):
+                ys[k] += b[tid + np.uint64(k * threads)]
+            bn = b[nl]
+            ys[per_thread - 1] += bn if ok else _ZERO
+        dot = _ZERO
+        for k in range(per_thread - 1):
+            dot += dzs[k] * g[tid + np.uint64(k * threads)] * ys[k]
+        gn = g[nl]
+        dot += dzs[per_thread - 1] * (gn if ok else _ZERO) * ys[per_thread - 1]
+        dot = block_sum(dot, slots)
+        r = rstd[m]
+        c = r * r * r * dot / np.float32(N)
+        for k in range(per_thread):
+            n = tid + np.uint64(k * threads)
+            if k < per_thread - 1 or ok:
+                gn = g[n]
+                dx[m, n] = r * gn * dzs[k] - c * ys[k]
+                gy[m, n] = dzs[k] * ys[k] * r
+
+    return norm_quant_backward_kernel
+
+
+VERSIONS = {
+    1: "unfused: row kernel writes z, warp-per-tile kernel reads it back and quantizes",
+    2: "fused: one block per row, row in registers, 8 lanes per tile, codes written directly",
+}
+BEST = 2
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Launchers: device arrays in, device arrays out (the caller allocates once; nothing is allocated per call except
+# version 1's scratch z when none is given)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _on_device(name: str, a) -> None:
+    if not V.is_device_array(a):
+        raise TypeError(f"{name} must be a CUDA device array (cuda.to_device, cuda.device_array; norm_quantize takes "
+                        f"NumPy arrays), got {V.describe(a)}")
+
+
+def _device(name: str, a, dtype, shape) -> None:
+    """A TypeError/ValueError naming `name` unless a is a device array of dtype and shape (cheap: called per launch)."""
+    _on_device(name, a)
+    if a.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype).name}, got {V.describe(a)}")
+    if tuple(a.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {V.describe(a)}")
+
+
+def _check_x(x, name: str = "x") -> tuple[int, int]:
+    _on_device(name, x)
+    if x.dtype != np.float32:
+        raise TypeError(f"{name} must have dtype float32, got {V.describe(x)}")
+    if x.ndim != 2 or 0 in x.shape:
+        raise ValueError(f"{name} must be 2-D (M, N) with M, N > 0, got {V.describe(x)}")
+    return tuple(x.shape)
+
+
+def _check_threads(threads):
+    if threads is None:
+        return None
+    if isinstance(threads, (bool, np.bool_)) or not isinstance(threads, (int, np.integer)):
+        raise TypeError(f"threads must be None or a multiple of 32 up to {MAX_THREADS}, got {V.describe(threads)}")
+    if threads <= 0 or threads % WARP_SIZE or threads > MAX_THREADS:
+        raise ValueError(f"threads must be None or a multiple of 32 up to {MAX_THREADS}, got {threads}")
+    return int(threads)
+
+
+def forward_warps(N: int) -> int:
+    """Version 2's warps per row block for rows of N elements: enough that a thread holds at most SETS_PER_WARP
+    sets, up to FIT_THREADS threads (N = 16384); longer rows get ANY_THREADS threads holding more sets each."""
+    nsets = -(-(-(-N // TILE)) // TILES_PER_SET)
+    warps = max(MIN_WARPS, -(-nsets // SETS_PER_WARP))
+    return warps if warps * WARP_SIZE <= FIT_THREADS else ANY_THREADS // WARP_SIZE
+
+
+def backward_threads(N: int) -> int:
+    """The backward's threads per row block: enough that a thread holds at most BWD_PER_THREAD elements, a
+    multiple of 32, up to FIT_THREADS (N = 8192); longer rows get ANY_THREADS threads holding more each."""
+    threads = max(MIN_WARPS * WARP_SIZE, -(-N // (BWD_PER_THREAD * WARP_SIZE)) * WARP_SIZE)
+    return threads if threads <= FIT_THREADS else ANY_THREADS
+
+
+def forward(x, b, g, codes, scales, rstd, z=None, *, version: int = BEST, threads: int | None = None) -> None:
+    """Device arrays: x (M, N) float32, b (N,) float32 or None, g (N,) float32 (b and g contiguous) -> codes (M, N)
+    uint8 E4M3, scales (M, ceil(N/128)) float32 (dequantization factors, 1x128 tiles), rstd (M,) float32, and z
+    (M, N) float32 when z is given (version 1 allocates a scratch z when it is not). Nothing else is allocated.
+
+    threads: threads per row block, a multiple of 32 (None: version 2 picks by N with `forward_warps`, version 1
+    uses THREADS1). Blocks above ANY_THREADS threads may fail to launch when each thread holds many tile sets (too
+    many registers for the block).
+    """
+    version = V.version("version", version, VERSIONS, default=BEST)
+    threads = _check_threads(threads)
+    M, N = _check_x(x)
+    if b is not None:
+        _device("b", b, np.float32, (N,))
+    _device("g", g, np.float32, (N,))
+    _device("codes", codes, np.uint8, (M, N))
+    _device("scales", scales, np.float32, (M, -(-N // TILE)))
+    _device("rstd", rstd, np.float32, (M,))
+    if z is not None:
+        _device("z", z, np.float32, (M, N))
+    for name, a in (("b", b), ("g", g)):
+        if a is not None and not a.is_c_contiguous():  # version 2 reads them as (1, N) views
+            raise ValueError(f"{name} must be C-contiguous, got a strided {V.describe(a)}")
+    has_bias = b is not None
+    grid = M  # one block per row
+    if version == 1:
+        row_k, quant_k = runtime.cached(("norm_quant.forward1", has_bias), lambda: make_forward_kernels1(has_bias))
+        if z is None:
+            z = cuda.device_array((M, N), np.float32)
+        row_k[grid, threads or THREADS1](x, b if has_bias else g, g, z, rstd)
+        blocks = min(MAX_BLOCKS, -(-scales.size // QUANT_WARPS1))
+        quant_k[blocks, QUANT_WARPS1 * WARP_SIZE](z, codes, scales)
+        return
+    b2 = (b if has_bias else g).reshape(1, N)  # (1, N) views: read 16 bytes at a time
+    g2 = g.reshape(1, N)
+    vec = int(vec_ok(x, 16) and vec_ok(g2, 16) and vec_ok(b2, 16) and vec_ok(codes, 4))
+    warps = threads // WARP_SIZE if threads else forward_warps(N)
+    sets = -(-(-(-scales.shape[1] // TILES_PER_SET)) // warps)
+    write_z = z is not None
+    kernel = runtime.cached(("norm_quant.forward2", warps, sets, has_bias, write_z, vec),
+                            lambda: make_forward_kernel2(warps, sets, has_bias, write_z, vec))
+    codes4 = codes.view(np.uint32) if vec else runtime.unused_array(np.uint32)
+    kernel[grid, warps * WARP_SIZE](x, b2, g2, codes, codes4, scales, rstd,
+                                    z if write_z else runtime.unused_array(np.float32))
+
+
+def backward(dz, x, b, g, rstd, dx, gy, *, threads: int | None = None) -> None:
+    """Device arrays: dz, x (M, N) float32, b (N,) float32 or None, g (N,), rstd (M,) (the forward's) -> dx (M, N)
+    float32 (= dy, the gradient of y = x + b and of x) and gy = dz * y * rstd (M, N) float32. The caller sums
+    columns: dg = sum over rows of gy, db = sum over rows of dx (elementwise.colsum).
+
+    threads: threads per row block, a multiple of 32 (None: `backward_threads(N)`); as for `forward`, blocks above
+    ANY_THREADS threads may fail to launch when each thread holds many elements.
+    """
+    threads = _check_threads(threads)
+    M, N = _check_x(x)
+    _device("dz", dz, np.float32, (M, N))
+    if b is not None:
+        _device("b", b, np.float32, (N,))
+    _device("g", g, np.float32, (N,))
+    _device("rstd", rstd, np.float32, (M,))
+    _device("dx", dx, np.float32, (M, N))
+    _device("gy", gy, np.float32, (M, N))
+    threads = threads or backward_threads(N)
+    per_thread = -(-N // threads)
+    has_bias = b is not None
+    kernel = runtime.cached(("norm_quant.backward", threads, per_thread, has_bias),
+                            lambda: make_backward_kernel(threads, per_thread, has_bias))
+    kernel[M, threads](dz, x, b if has_bias else g, g, rstd, dx, gy)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Convenience: NumPy (or device) arrays in, fresh arrays out
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _operand(name: str, a, shape=None, ndim=None):
+    """A float32 device array as it is, or a NumPy array (float16/32/64) copied to a float32 device array."""
+    if V.is_device_array(a):
+        return V.array(name, a, dtype=np.float32, ndim=ndim, shape=shape)
+    arr = V.array(name, a, dtype=(np.float16, np.float32, np.float64), ndim=ndim, shape=shape, allow_device=False)
+    return cuda.to_device(V.float32_host(name, arr))
+
+
+def norm_quantize(x, b, g, *, version: int | None = None, return_z: bool = False):
+    """(codes, scales, rstd), or (codes, scales, rstd, z) with return_z: `forward` on fresh outputs.
+
+    x (M, N), b (N,) or None, g (N,): NumPy arrays (float16/32/64, converted to float32) or float32 device arrays.
+    The results are NumPy arrays when x is a NumPy array, device arrays when it is a device array.
+    """
+    version = V.version("version", version, VERSIONS, default=BEST)
+    return_z = V.boolean("return_z", return_z)
+    on_device = V.is_device_array(x)
+    x_d = _operand("x", x, ndim=2)
+    M, N = x_d.shape
+    b_d = None if b is None else _operand("b", b, shape=(N,))
+    g_d = _operand("g", g, shape=(N,))
+    codes = cuda.device_array((M, N), np.uint8)
+    scales = cuda.device_array((M, -(-N // TILE)), np.float32)
+    rstd = cuda.device_array(M, np.float32)
+    z = cuda.device_array((M, N), np.float32) if return_z else None
+    forward(x_d, b_d, g_d, codes, scales, rstd, z, version=version)
+    out = (codes, scales, rstd) + ((z,) if return_z else ())
+    return out if on_device else tuple(a.copy_to_host() for a in out)
+
+
+def norm_quantize_backward(dz, x, b, g, rstd):
+    """(dx, gy): `backward` on fresh outputs, NumPy arrays for a NumPy dz and device arrays for a device dz (inputs
+    as for `norm_quantize`; rstd (M,) the forward's). db = dx.sum(axis=0) and dg = gy.sum(axis=0)."""
+    on_device = V.is_device_array(dz)
+    dz_d = _operand("dz", dz, ndim=2)
+    M, N = dz_d.shape
+    x_d = _operand("x", x, shape=(M, N))
+    b_d = None if b is None else _operand("b", b, shape=(N,))
+    g_d = _operand("g", g, shape=(N,))
+    rstd_d = _operand("rstd", rstd, shape=(M,))
+    dx = cuda.device_array((M, N), np.float32)
+    gy = cuda.device_array((M, N), np.float32)
+    backward(dz_d, x_d, b_d, g_d, rstd_d, dx, gy)
+    return (dx, gy) if on_device else (dx.copy_to_host(), gy.copy_to_host())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# References
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _y(x, b) -> np.ndarray:
+    """y = x + b in float32, the kernels' first rounding (x itself without a bias)."""
+    x = np.asarray(x, np.float32)
+    return x if b is None else x + np.asarray(b, np.float32)
+
+
+def reference_rstd(x, b) -> np.ndarray:
+    """rstd in float64 from the float32 y = x + b."""
+    y = _y(x, b).astype(np.float64)
+    return 1.0 / np.sqrt((y * y).mean(axis=1) + float(EPS))
+
+
+def reference(x, b, g, rstd=None):
+    """(codes, scales, rstd, z) of the forward: the spec of both versions.
+
+    rstd: the (M,) values to normalize with; None computes them in float64 (then rounded to float32). Given a
+    kernel's rstd, every output is bit for bit the kernel's: z = (y * rstd) * g in float32 (y = x + b in float32),
+    codes and scales = spec.quantize(z, "tile").
+    """
+    y = _y(x, b)
+    rstd = np.asarray(reference_rstd(x, b) if rstd is None else rstd, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # a NaN/Inf row gives NaN z, as on the GPU
+        z = (y * rstd[:, None]) * np.asarray(g, np.float32)
+    codes, scales, _ = spec.quantize(z, "tile")
+    return codes, scales, rstd, z
+
+
+def reference_backward(dz, x, b, g, rstd=None):
+    """(dx, gy) in float64 from the float32 y = x + b: dx = rstd g dz - rstd^3 y dot / N, gy = dz y rstd, with
+    dot = sum_n dz g y per row. rstd: the forward's (None: float64 `reference_rstd`)."""
+    y = _y(x, b).astype(np.float64)
+    r = np.asarray(reference_rstd(x, b) if rstd is None else rstd, np.float64)[:, None]
+    dz = np.asarray(dz, np.float64)
+    g = np.asarray(g, np.float64)
+    dot = (dz * g * y).sum(axis=1, keepdims=True)
+    return r * g * dz - r**3 * y * dot / y.shape[1], dz * y * r
+
+
+def dx_error_scale(dz, x, b, g, rstd) -> np.ndarray:
+    """(M, N) float64: |rstd g dz| + rstd^3 |y| sum_n |dz g y| / N, what dx's float32 rounding error is a few ulps
+    of. dx is a difference of two terms each at most this large, and its dot is a float32 sum whose error is
+    bounded by sum |dz g y| times (terms per thread + reduction levels) ulps; comparing dx against the reference
+    relative to this scale keeps the check tight on rows of every magnitude, where cancellation makes dx itself
+    small."""
+    y = _y(x, b).astype(np.float64)
+    r = np.asarray(rstd, np.float64)[:, None]
+    dzg = np.abs(np.asarray(dz, np.float64) * np.asarray(g, np.float64))
+    return r * dzg + r**3 * np.abs(y) * (dzg * np.abs(y)).sum(axis=1, keepdims=True) / y.shape[1]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Check, then time (bench.main)
+# ----------------------------------------------------------------------------------------------------------------
+
+RSTD_RTOL = 1e-5
+"""rstd against float64. The sum of squares is a float32 sum of positive terms, so its relative error is at most
+(terms per thread + reduction levels) units of 2^-24: 64 (3.8e-6) at worst here (version 1, 128 threads, N = 7172),
+half of that in rstd (a square root), plus four roundings (mean, eps, sqrt, division)."""
+DX_TOL = 2.0**-17
+"""dx against float64, relative to `dx_error_scale`: 128 units of 2^-24. For N up to 8192 the backward's dot is a
+float32 sum of at most 16 terms per thread and 9 reduction levels (at most 25 units of sum |dz g y|), and each term
+of dx adds a few roundings: about 40 units at worst."""
+GY_RTOL = 2.0**-22
+"""gy = (dz * y) * rstd: two float32 roundings, at most 2 units of 2^-24 relative to float64; 4 allowed."""
+
+CHECK_SHAPES = {"sim": ((5, 300, True), (3, 129, False)), "gpu": ((1027, 7172, True), (515, 1029, False))}
+"""(M, N, bias) for the checks: no side a multiple of 128; the first N a multiple of 4 (16-byte path), the second
+not (scalar path)."""
+BENCH_M = 16384
+BENCH_N = (1024, 7168)
+"""Timed shapes: 16384 tokens of width 1024 (the capstone) and 7168 (DeepSeek-V3's hidden size)."""
+
+
+def make_inputs(rng, M: int, N: int, bias: bool = True):
+    """(x, b, g, dz) float32 with a spread of magnitudes: rows scaled by 10^[-3, 3], columns by 10^[-1, 1], 1% of
+    the elements 50x larger (LLM-like outliers), gains of both signs; never all zero. b is None without bias."""
+    row = 10.0 ** rng.uniform(-3, 3, (M, 1))
+    col = 10.0 ** rng.uniform(-1, 1, N)
+    x = rng.standard_normal((M, N)) * row * col
+    x[rng.random((M, N)) < 0.01] *= 50
+    b = (0.05 * rng.standard_normal(N)).astype(np.float32) if bias else None
+    g = rng.uniform(0.25, 2.0, N) * np.where(rng.random(N) < 0.1, -1, 1)
+    dz = rng.standard_normal((M, N)) * 10.0 ** rng.uniform(-2, 2, (M, 1))
+    return x.astype(np.float32), b, g.astype(np.float32), dz.astype(np.float32)
+
+
+def checks(rng) -> list:
+    """Both versions and the backward on CHECK_SHAPES, outputs poisoned: codes, scales and z bit for bit against
+    `reference` given the kernel's rstd, rstd against float64, dx and gy against `reference_backward`."""
+    out = []
+    for M, N, bias in CHECK_SHAPES["sim" if runtime.IS_SIM else "gpu"]:
+        x, b, g, dz = make_inputs(rng, M, N, bias)
+        x_d, g_d = cuda.to_device(x), cuda.to_device(g)
+        b_d = None if b is None else cuda.to_device(b)
+        ref_r = reference_rstd(x, b)
+        for v in VERSIONS:
+            codes, scales = bench.poisoned((M, N), np.uint8), bench.poisoned((M, -(-N // TILE)), np.float32)
+            rstd, z = bench.poisoned(M, np.float32), bench.poisoned((M, N), np.float32)
+            forward(x_d, b_d, g_d, codes, scales, rstd, z, version=v)
+            r = rstd.copy_to_host()
+            bench.assert_close(f"v{v} rstd", r, ref_r, atol=0, rtol=RSTD_RTOL)
+            ref_codes, ref_scales, _, ref_z = reference(x, b, g, r)
+            bench.assert_codes_equal(f"v{v} codes", codes.copy_to_host(), ref_codes)
+            assert np.array_equal(scales.copy_to_host(), ref_scales), f"v{v}: scales differ"
+            assert np.array_equal(z.copy_to_host(), ref_z), f"v{v}: z differs"
+            out.append((f"v{v} forward, {M}x{N}, {'bias' if bias else 'no bias'}",
+                        "codes, scales, z bit-exact; rstd within tolerance"))
+        dx, gy = bench.poisoned((M, N), np.float32), bench.poisoned((M, N), np.float32)
+        backward(cuda.to_device(dz), x_d, b_d, g_d, rstd, dx, gy)
+        ref_dx, ref_gy = reference_backward(dz, x, b, g, r)
+        scale = dx_error_scale(dz, x, b, g, r)
+        bench.assert_close("backward dx", dx.copy_to_host() / scale, ref_dx / scale, atol=DX_TOL, rtol=0)
+        bench.assert_close("backward gy", gy.copy_to_host(), ref_gy, atol=0, rtol=GY_RTOL)
+        out.append((f"backward, {M}x{N}", "dx, gy within tolerance of float64"))
+    return out
+
+
+def torch_norm_quantize(torch, tx, tb, tg):
+    """A straightforward PyTorch peer: bias add, RMSNorm, then DeepGEMM-style 1x128 tile quantization (N a multiple
+    of 128): (codes as float8_e4m3fn, scales, rstd). Divisions by 448 go through a 0-dim tensor on the GPU
+    (quantize_fine.torch_tile_quantize says why)."""
+    y = tx + tb
+    rstd = torch.rsqrt(y.square().mean(dim=1, keepdim=True) + float(EPS))
+    z = y * rstd * tg
+    M, N = z.shape
+    zv = z.view(M, N // TILE, TILE)
+    amax = zv.abs().amax(dim=2, keepdim=True).clamp(min=float(spec.AMAX_FLOOR))
+    fp8_max = torch.full((), _E4M3_MAX, device=tx.device)
+    codes = (zv * (fp8_max / amax)).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn).view(M, N)
+    return codes, (amax / fp8_max).view(M, N // TILE), rstd
+
+
+def timings(rng, args) -> list:
+    """Both versions, version 2 with z also written, the backward and PyTorch at M = 16384, N = 1024 and 7168.
+    Bytes that must move: forward x read, b and g read, codes, scales and rstd written (z too where written);
+    backward dz and x read, b, g and rstd read, dx and gy written."""
+    tables = []
+    M = BENCH_M
+    torch = bench.torch_cuda()
+    for N in BENCH_N:
+        x = rng.standard_normal((M, N), dtype=np.float32)
+        x[rng.random((M, N)) < 0.01] *= 50
+        b = (0.05 * rng.standard_normal(N)).astype(np.float32)
+        g = rng.uniform(0.5, 1.5, N).astype(np.float32)
+        dz = rng.standard_normal((M, N), dtype=np.float32)
+        x_d, b_d, g_d, dz_d = (cuda.to_device(a) for a in (x, b, g, dz))
+        codes = cuda.device_array((M, N), np.uint8)
+        scales = cuda.device_array((M, N // TILE), np.float32)
+        rstd, z = cuda.device_array(M, np.float32), cuda.device_array((M, N), np.float32)
+        dx, gy = cuda.device_array((M, N), np.float32), cuda.device_array((M, N), np.float32)
+        small = b.nbytes + g.nbytes + rstd.nbytes
+        fwd_bytes = x.nbytes + codes.size + scales.nbytes + small
+        rows = [bench.time_row(f"v1 forward: {VERSIONS[1]}",  # z: version 1's intermediate, allocated once
+                               lambda: forward(x_d, b_d, g_d, codes, scales, rstd, z, version=1), fwd_bytes,
+                               launch=True),
+                bench.time_row(f"v2 forward: {VERSIONS[2]}",
+                               lambda: forward(x_d, b_d, g_d, codes, scales, rstd, version=2), fwd_bytes, launch=True),
+                bench.time_row("v2 forward, z also written (bytes include z)",
+                               lambda: forward(x_d, b_d, g_d, codes, scales, rstd, z, version=2), fwd_bytes + z.nbytes,
+                               launch=True),
+                bench.time_row("backward: one block per row, y and dz in registers",
+                               lambda: backward(dz_d, x_d, b_d, g_d, rstd, dx, gy), 4 * x.nbytes + small, launch=True)]
+        if torch is not None:
+            tx, tb, tg = (torch.from_numpy(a).cuda() for a in (x, b, g))
+            tcodes, _, _ = torch_norm_quantize(torch, tx, tb, tg)
+            forward(x_d, b_d, g_d, codes, scales, rstd, version=BEST)
+            same = float((tcodes.view(torch.uint8).cpu().numpy() == codes.copy_to_host()).mean())
+            rows.append(bench.time_row(f"torch: y, rsqrt, z, amax, .to(float8_e4m3fn) ({same:.2%} of codes equal)",
+                                       lambda: torch_norm_quantize(torch, tx, tb, tg), fwd_bytes,
+                                       timer=lambda fn: timing.torch_time_ms(torch, fn), launch=True))
+        tables.append(bench.Table(f"bias + RMSNorm + 1x128 E4M3 quantize, x ({M}, {N}) float32; bytes = what must "
+                                  "move (read + written)", "GB/s", rows, ceiling=bench.copy_ceiling_gbs(x.nbytes)))
+    return tables
+
+
+def main(argv=None) -> int:
+    return bench.main(__name__, argv)
+
+
+if __name__ == "__main__":
+    main()
