@@ -50,8 +50,9 @@ def _train(args) -> int:
                   blocks=args.blocks, moments=args.moments, eval_every=args.eval_every)
     hists = []
     for r in recipes:
+        where = {k: None if d is None else os.path.join(d, r) for k, d in (("save", args.save), ("resume", args.resume))}
         try:
-            hists.append(fl.train(r, **common))
+            hists.append(fl.train(r, **common, **where))
         except fl.TrainingDiverged as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
@@ -165,23 +166,27 @@ def _main(argv: list[str]) -> int:
                         "model of Tiny Shakespeare (default: %(default)s)")
     t.add_argument("--recipe", default="fp8-tensor", choices=("fp32", "bf16", "fp8-tensor", "fp8-deepseek"),
                    help="the recipe to train, beside an FP32 baseline (chars: and a BF16 one) (default: %(default)s)")
-    t.add_argument("--steps", type=int, help="default: 600 (teacher) or 1000 (chars) on a GPU; 20 or 3 on the "
+    t.add_argument("--steps", type=int, help="default: 600 (teacher) or 250 (chars) on a GPU; 20 or 3 on the "
                                              "simulator")
     t.add_argument("--seed", type=int, default=0, help="default: %(default)s")
     t.add_argument("--batch", type=int, help="teacher: rows, default 64 on a GPU, 8 on the simulator; chars: "
-                                             "windows per step, default 16384 on a GPU, 8 on the simulator")
+                                             "windows per step, default 4096 on a GPU, 8 on the simulator")
     t.add_argument("--d-in", type=int, help="teacher: input features; default: 512 on a GPU, 32 on the simulator")
     t.add_argument("--d-out", type=int, help="teacher: output features; default: 256 on a GPU, 16 on the simulator")
     t.add_argument("--lr", type=float, help="default: 1e-3 on a GPU; teacher 5e-2, chars 3e-3 on the simulator")
     t.add_argument("--optimizer", choices=("adam", "sgd", "adamw"), help="teacher: adam (default) or sgd; chars: adamw")
     t.add_argument("--noise", type=float, default=0.5, help="teacher: target noise std; the loss floor is its square")
     t.add_argument("--context", type=int, help="chars: characters the model sees (default 16 on a GPU, 2 simulated)")
-    t.add_argument("--embed", type=int, help="chars: embedding width per character (default 64; 16 simulated)")
-    t.add_argument("--hidden", type=int, help="chars: SwiGLU width (default 2048; 16 simulated)")
+    t.add_argument("--embed", type=int, help="chars: embedding width per character (default 32; 16 simulated)")
+    t.add_argument("--hidden", type=int, help="chars: SwiGLU width (default 1024; 16 simulated)")
     t.add_argument("--blocks", type=int, help="chars: residual blocks (default 4; 1 simulated)")
     t.add_argument("--moments", choices=("bf16", "fp32"),
                    help="chars: AdamW moments' storage (default: bf16 in fp8-deepseek, else fp32)")
-    t.add_argument("--eval-every", type=int, help="chars: steps between validation losses (default 100; 3 simulated)")
+    t.add_argument("--save", metavar="DIR", help="chars: write a checkpoint of each recipe's run to DIR/RECIPE/ at "
+                                                 "every validation (atomically)")
+    t.add_argument("--resume", metavar="DIR", help="chars: continue the runs saved in DIR/RECIPE/ to --steps (give "
+                                                   "--save DIR too to keep saving there)")
+    t.add_argument("--eval-every", type=int, help="chars: steps between validation losses (default 50; 3 simulated)")
     t.add_argument("--engine", default="kernels", choices=("kernels", "reference"),
                    help="Numba-CUDA kernels, or the same arithmetic in NumPy")
     t.add_argument("--no-baseline", action="store_true", help="skip the FP32 run")

@@ -73,8 +73,11 @@ class Params:
         return m
 
     def host(self, flat=None) -> dict:
-        """{name: NumPy array} of the parameters (or of another flat buffer: host copy of the gradients)."""
-        h = (self.flat if flat is None else flat).copy_to_host()
+        """{name: NumPy array} of the parameters (or of another flat device buffer: the gradients)."""
+        return self.split((self.flat if flat is None else flat).copy_to_host())
+
+    def split(self, h: np.ndarray) -> dict:
+        """{name: view} of a flat host array laid out as the parameters."""
         return {k: h[self.offsets[k]:self.offsets[k] + int(np.prod(s))].reshape(s) for k, s in self.shapes.items()}
 
 

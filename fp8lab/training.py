@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 from . import _validate as V
-from . import corpus, formats, lm, lm_engine, runtime, spec
+from . import checkpoint, corpus, formats, lm, lm_engine, runtime, spec
 from .kernels import elementwise, gemm_nt, loss as loss_k, optim, rmsnorm
 from .kernels.quantize import TensorQuantizer
 
@@ -85,6 +85,7 @@ class History:
     task: str = "teacher"
     model: dict = dataclasses.field(default_factory=dict)  # chars: the fp8lab.lm.Config and the moments' format
     val_loss: list = dataclasses.field(default_factory=list)  # chars: [step, validation loss in nats] pairs
+    step_seconds: list = dataclasses.field(default_factory=list)  # chars: wall time of each training step
 
     @property
     def floor(self) -> float:
@@ -98,7 +99,10 @@ class History:
 
     @property
     def step_ms(self) -> float:
-        """Mean wall time of a training step, milliseconds."""
+        """Median wall time of a training step in milliseconds (the first steps compile kernels; the median skips
+        them), or the mean when steps were not timed one by one."""
+        if self.step_seconds:
+            return 1e3 * float(np.median(self.step_seconds))
         return 1e3 * self.seconds / max(1, len(self.loss))
 
     @property
@@ -303,13 +307,17 @@ def train(
     blocks: int | None = None,
     moments: str | None = None,
     eval_every: int | None = None,
+    save=None,
+    resume=None,
 ) -> History:
     """Train on `task` with `recipe` and return its History (per-step losses in `history.loss`).
 
     task="teacher" (default): the Linear + bias + RMSNorm layer fitted to a teacher (d_in, d_out, noise; optimizer
     "adam" or "sgd"). task="chars": the character-level language model of fp8lab.lm on Tiny Shakespeare (context,
     embed, hidden, blocks; AdamW; `moments` "bf16" or "fp32", default "bf16" in fp8-deepseek and "fp32" otherwise;
-    validation loss every `eval_every` steps in history.val_loss and at the end in history.eval_loss, nats).
+    validation loss every `eval_every` steps in history.val_loss and at the end in history.eval_loss, nats;
+    save=DIR writes a checkpoint there at every validation, resume=DIR continues the run saved there to `steps`,
+    with the same losses as an uninterrupted run; see fp8lab.checkpoint).
     Options of the other task raise a ValueError naming them.
 
     Sizes, steps, lr and ema_decay default to the backend's (runtime.sizes("train")): on a GPU the original
@@ -324,7 +332,7 @@ def train(
     V.choice("task", task, TASKS)
     V.choice("engine", engine, ENGINES)
     other = {"teacher": (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks),
-                         ("moments", moments), ("eval_every", eval_every)),
+                         ("moments", moments), ("eval_every", eval_every), ("save", save), ("resume", resume)),
              "chars": (("d_in", d_in), ("d_out", d_out), ("noise", None if noise == 0.5 else noise))}[task]
     given = [n for n, v in other if v is not None]
     if given:
@@ -358,8 +366,12 @@ def train(
         moments = ("bf16" if recipe == "fp8-deepseek" else "fp32") if moments is None else moments
         V.choice("moments", moments, MOMENTS)
         eval_every = V.positive_int("eval_every", defaults["eval_every"] if eval_every is None else eval_every)
+        if save is not None:
+            save = checkpoint.check_save_dir("save", save, same_as=resume)
+        if resume is not None:
+            resume = checkpoint.check_resume_dir("resume", resume)
         return _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
-                            defaults["eval_batches"])
+                            defaults["eval_batches"], save, resume)
     d_in = V.positive_int("d_in", defaults["d_in"] if d_in is None else d_in)
     d_out = V.positive_int("d_out", defaults["d_out"] if d_out is None else d_out)
     noise = V.positive_float("noise", noise)
@@ -412,9 +424,52 @@ def _first_nonfinite(named) -> str | None:
     return next((k for k, a in named.items() if not np.isfinite(a).all()), None)
 
 
+class CpuEma:
+    """An exponential moving average of flat float32 weights kept in CPU memory and updated by a worker thread, as
+    DeepSeek-V3 keeps its EMA (arXiv 2412.19437, section 3.3: "stored in CPU memory and updated asynchronously
+    after each training step"). `push(copy)` has `copy(buffer)` write the weights into one of two host buffers and
+    returns while the worker adds that snapshot (in push order), so the next step's kernels run meanwhile;
+    `value()` waits for the worker and returns the average. NumPy releases the GIL during array arithmetic."""
+
+    def __init__(self, initial: np.ndarray, decay: float, buffers=None):
+        import queue
+        import threading
+
+        self.ema = np.array(initial, np.float32)
+        self.decay, self.rest = np.float32(decay), np.float32(1 - decay)  # as the reference engine rounds them
+        self.buffers = buffers or [np.empty_like(self.ema), np.empty_like(self.ema)]
+        self.free = [threading.Event(), threading.Event()]
+        for e in self.free:
+            e.set()
+        self.turn = 0
+        self.todo = queue.Queue()
+        threading.Thread(target=self._work, daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            k = self.todo.get()
+            self.ema *= self.decay
+            self.ema += self.rest * self.buffers[k]
+            self.free[k].set()
+            self.todo.task_done()
+
+    def push(self, copy) -> None:
+        k = self.turn
+        self.free[k].wait()  # the worker is done with this buffer's previous snapshot
+        self.free[k].clear()
+        copy(self.buffers[k])
+        self.todo.put(k)
+        self.turn = 1 - k
+
+    def value(self) -> np.ndarray:
+        self.todo.join()
+        return self.ema
+
+
 def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
-                 eval_batches) -> History:
-    """task="chars" (see train): AdamW on fp8lab.lm's model, validation loss on fixed windows."""
+                 eval_batches, save=None, resume=None) -> History:
+    """task="chars" (see train): AdamW on fp8lab.lm's model, validation loss on fixed windows; a checkpoint in
+    `save` at every validation (fp8lab.checkpoint), or the run continued from the one in `resume`."""
     c = corpus.load()
     params = lm.init_params(cfg, seed)
     if engine == "kernels":
@@ -432,9 +487,29 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
         def weights():
             return P.host()
 
+        pinned = [runtime.cuda.pinned_array(P.size, np.float32) for _ in range(2)]
+        ema = CpuEma(P.flat.copy_to_host(), ema_decay, pinned)
+
+        def push_ema():
+            ema.push(P.flat.copy_to_host)
+
+        def ema_weights():
+            return P.split(ema.value())
+
         def evaluate(p):
             evaluator = lm_engine.KernelModel(cfg, recipe, batch, p) if p is not None else model
             return np.mean([evaluator.loss(i, t, grads=False) for i, t in val])
+
+        def get_state():
+            return {"params": P.flat.copy_to_host(), "m": opt.m.copy_to_host(), "v": opt.v.copy_to_host(),
+                    "ema": ema.value().copy(), "t": np.int64(opt.t)}
+
+        def set_state(st):
+            P.flat.copy_to_device(st["params"])
+            opt.m.copy_to_device(st["m"])
+            opt.v.copy_to_device(st["v"])
+            opt.t = int(st["t"])
+            ema.value()[...] = st["ema"]
     else:
         model = lm.Model(cfg, recipe)
         opt = lm.AdamW(params, lr, moments=moments)
@@ -451,22 +526,62 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
         def weights():
             return {k: v.copy() for k, v in params.items()}
 
+        ema = {k: v.copy() for k, v in params.items()}
+
+        def push_ema():  # the reference engine: the same average, synchronously
+            for k, w in params.items():
+                ema[k] *= np.float32(ema_decay)
+                ema[k] += np.float32(1 - ema_decay) * w
+
+        def ema_weights():
+            return ema
+
         def evaluate(p):
             return np.mean([model.loss(params if p is None else p, i, t, False) for i, t in val])
+
+        def get_state():
+            st = {"t": np.int64(opt.t)}
+            for group, d in (("params", params), ("m", opt.m), ("v", opt.v), ("ema", ema)):
+                st.update({f"{group}/{k}": a for k, a in d.items()})
+            return st
+
+        def set_state(st):
+            for group, d in (("params", params), ("m", opt.m), ("v", opt.v), ("ema", ema)):
+                for k in d:
+                    d[k][...] = st[f"{group}/{k}"]
+            opt.t = int(st["t"])
 
     ids_all, tgt_all = c.eval_windows("val", eval_batches * batch, cfg.context)
     val = [(ids_all[k * batch:(k + 1) * batch], tgt_all[k * batch:(k + 1) * batch]) for k in range(eval_batches)]
     stream = np.random.default_rng([seed, 2])
     hist = History(recipe, engine, runtime.backend, batch, 0, 0, steps, seed, lr, "adamw", 0.0,
                    task="chars", model=dict(dataclasses.asdict(cfg), moments=moments))
-    ema = weights()
+
+    run = dict(recipe=recipe, engine=engine, model=hist.model, batch=batch, seed=seed, lr=lr, ema_decay=ema_decay,
+               eval_every=eval_every, eval_batches=eval_batches)
+    first = 1
+    if resume is not None:
+        st, meta = checkpoint.load(resume, run)
+        set_state(st)
+        stream.bit_generator.state = meta["rng"]
+        hist.loss, hist.val_loss, hist.step_seconds = meta["loss"], meta["val_loss"], meta["step_seconds"]
+        first = meta["step"] + 1
+        if first > steps:
+            raise ValueError(f"steps must be more than the {meta['step']} steps the checkpoint in resume={resume!r} "
+                             f"has done, got {steps}")
+
+    def save_now(i):
+        meta = dict(run, step=i, rng=stream.bit_generator.state, loss=hist.loss, val_loss=hist.val_loss,
+                    step_seconds=hist.step_seconds)
+        checkpoint.save(save, get_state(), meta)
 
     from tqdm.auto import tqdm  # a widget in Jupyter, text in a terminal
 
-    bar = tqdm(range(1, steps + 1), desc=f"{recipe} (chars, {engine}, {runtime.backend})", disable=not progress,
-               unit="step", leave=True)
+    bar = tqdm(range(first, steps + 1), desc=f"{recipe} (chars, {engine}, {runtime.backend})", disable=not progress,
+               unit="step", leave=True, initial=first - 1, total=steps)
     start = time.perf_counter()
     for i in bar:
+        t0 = time.perf_counter()
         ids, tgt = c.batch(stream, "train", batch, cfg.context)
         with V.no_float_warnings():
             value, grads_of = step(ids, tgt)
@@ -479,13 +594,14 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
                                    f"lr={lr}){where}: lower the learning rate", hist)
         update()
         hist.loss.append(value)
-        for k, w in weights().items():  # EMA on the CPU, as DeepSeek-V3 keeps it
-            ema[k] *= np.float32(ema_decay)
-            ema[k] += np.float32(1 - ema_decay) * w
+        push_ema()
+        hist.step_seconds.append(time.perf_counter() - t0)  # the loss was read back: the step's kernels are done
         if i % eval_every == 0 or i == steps:
             hist.val_loss.append([i, float(evaluate(None))])
             bar.set_postfix(loss=f"{value:.3f}", val_bpc=f"{corpus.bits_per_char(hist.val_loss[-1][1]):.3f}")
+            if save is not None:
+                save_now(i)
     hist.seconds = time.perf_counter() - start
     hist.eval_loss = hist.val_loss[-1][1]
-    hist.ema_loss = float(evaluate(ema))
+    hist.ema_loss = float(evaluate(ema_weights()))
     return hist

@@ -20,7 +20,7 @@ PKG = pathlib.Path(fp8lab.__file__).parent
 # Lower layers never import higher ones (fp8lab/kernels/README.md draws them).
 LAYERS = {
     0: ("_backend", "_validate", "formats", "spec", "hardware", "accum", "scaling", "plotting", "notebook", "corpus",
-        "lm"),
+        "lm", "checkpoint"),
     1: ("_simgaps", "_pool", "runtime"),
     2: ("ptx", "ptx.intrinsics", "ptx.compile"),
     3: ("timing", "bench", "_triton_peer", "kernels", "kernels.common"),

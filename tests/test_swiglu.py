@@ -70,8 +70,11 @@ def test_forward_quantize_bit_exact(rng, shape, version, with_h):
     assert_matches_reference(u, got)
     codes, scale, _ = got
     assert scale.shape == (M, -(-F // 128))
-    # every tile, the partial last one too, has its largest |h| at exactly +-448
-    assert (spec.group_amax(formats.decode(codes, formats.E4M3), 1, 128) == E4M3_MAX).all()
+    # every tile, the partial last one too, has its largest |h| at exactly +-448, unless its amax is under the
+    # floor (spec.AMAX_FLOOR: a one-element tile whose gate is very negative has h ~ 1e-40)
+    amax = spec.group_amax(swiglu.reference_forward(u), 1, 128)
+    top = spec.group_amax(formats.decode(codes, formats.E4M3), 1, 128)
+    assert (top[amax >= spec.AMAX_FLOOR] == E4M3_MAX).all()
 
 
 def test_reference_h_is_the_correctly_rounded_silu_times_b(rng):

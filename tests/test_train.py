@@ -155,10 +155,14 @@ def test_default_task_on_gpu(runs):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# the simulator's default language model on every backend: a test, not a training run (test_chars_on_gpu trains)
+SMALL = dict(task="chars", batch=8, context=2, embed=16, hidden=16, blocks=1, eval_every=3)
+
+
 @pytest.fixture(scope="module")
 def chars_runs():
-    """Each recipe once with each engine on the language model, at the backend's default sizes."""
-    return {(r, e): fp8lab.train(r, task="chars", engine=e, progress=False) for r in T.RECIPES for e in T.ENGINES}
+    """Each recipe once with each engine on the language model, 3 steps."""
+    return {(r, e): fp8lab.train(r, steps=3, engine=e, progress=False, **SMALL) for r in T.RECIPES for e in T.ENGINES}
 
 
 @pytest.mark.parametrize("recipe", T.RECIPES)
@@ -169,6 +173,18 @@ def test_chars_kernels_follow_the_reference(chars_runs, recipe):
     assert rel.max() < T.REFERENCE_RTOL[recipe], f"max relative difference {rel.max():.2e} at step {rel.argmax() + 1}"
     assert abs(k.eval_loss - ref.eval_loss) / ref.eval_loss < T.REFERENCE_RTOL[recipe]
     assert k.val_loss[-1][0] == k.steps and np.isfinite(k.ema_loss)
+    assert abs(k.ema_loss - ref.ema_loss) / ref.ema_loss < T.REFERENCE_RTOL[recipe]  # the CPU EMA, both engines
+
+
+def test_cpu_ema_adds_snapshots_in_order_off_the_main_thread(rng):
+    snaps = [rng.standard_normal(5000).astype(np.float32) for _ in range(30)]
+    ema = T.CpuEma(snaps[0], 0.9)
+    want = snaps[0].copy()
+    for x in snaps[1:]:
+        ema.push(lambda buf, x=x: np.copyto(buf, x))
+        want *= np.float32(0.9)
+        want += np.float32(1 - 0.9) * x
+    assert np.array_equal(ema.value(), want)  # the same bits as the synchronous average, in push order
 
 
 def test_chars_history(chars_runs, tmp_path):
@@ -192,7 +208,7 @@ def test_chars_history(chars_runs, tmp_path):
 ])
 def test_chars_bad_arguments_name_the_argument(kwargs, words):
     with pytest.raises(ValueError, match=words):
-        fp8lab.train("fp32", **{"task": "chars", "steps": 1, "progress": False, "engine": "reference", **kwargs})
+        fp8lab.train("fp32", **{**SMALL, "steps": 1, "progress": False, "engine": "reference", **kwargs})
 
 
 def test_teacher_rejects_language_model_options():
@@ -212,11 +228,12 @@ def test_chars_nan_names_the_step_and_the_tensor(monkeypatch):
 
     monkeypatch.setattr(lm, "init_params", poisoned)
     with pytest.raises(T.TrainingDiverged, match=r"at step 1 of 2 .*parameter 'w2_0' is not finite"):
-        fp8lab.train("fp8-deepseek", task="chars", steps=2, engine="reference", progress=False)
+        fp8lab.train("fp8-deepseek", steps=2, engine="reference", progress=False, **SMALL)
 
 
 def test_cli_train_chars_prints_the_recipes_against_both_baselines(tmp_path):
     r = _cli("train", "--task", "chars", "--recipe", "fp8-deepseek", "--steps", "2", "--engine", "reference",
+             "--batch", "8", "--context", "2", "--embed", "16", "--hidden", "16", "--blocks", "1",
              "--no-plot", "--json", str(tmp_path / "h.json"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "Tiny Shakespeare" in r.stdout and "val bpc" in r.stdout and "vs bf16" in r.stdout
@@ -233,3 +250,66 @@ def test_chars_on_gpu_every_recipe_learns():
         assert h.loss[-1] < 0.8 * h.loss[0], f"{r}: {h.loss[0]:.3f} -> {h.loss[-1]:.3f}"
     for r in ("fp8-tensor", "fp8-deepseek"):
         assert abs(hs[r].eval_loss - hs["bf16"].eval_loss) / hs["bf16"].eval_loss < 0.02
+
+
+@pytest.mark.parametrize("engine", T.ENGINES)
+def test_chars_resume_continues_to_the_same_losses(tmp_path, engine):
+    kw = dict(SMALL, engine=engine, progress=False, eval_every=1)
+    whole = fp8lab.train("fp8-deepseek", steps=3, **kw)
+    # a run stopped after step 2 (its checkpoint written at every validation), then resumed to step 3
+    fp8lab.train("fp8-deepseek", steps=2, save=tmp_path / "run", **kw)
+    resumed = fp8lab.train("fp8-deepseek", steps=3, resume=tmp_path / "run", save=tmp_path / "run", **kw)
+    assert resumed.loss == whole.loss and resumed.val_loss == whole.val_loss
+    assert resumed.ema_loss == whole.ema_loss
+
+
+def test_checkpoint_is_refused_by_another_configuration_and_never_overwritten(tmp_path):
+    kw = dict(SMALL, engine="reference", progress=False)
+    fp8lab.train("fp32", steps=1, save=tmp_path / "a", **kw)
+    before = (tmp_path / "a" / "checkpoint.npz").read_bytes()
+    with pytest.raises(ValueError, match="already holds a checkpoint"):
+        fp8lab.train("fp32", steps=1, save=tmp_path / "a", **kw)
+    with pytest.raises(ValueError, match=r"another configuration \(recipe: checkpoint 'fp32', this run 'bf16'"):
+        fp8lab.train("bf16", steps=2, resume=tmp_path / "a", **kw)
+    with pytest.raises(ValueError, match="batch: checkpoint 8"):
+        fp8lab.train("fp32", steps=2, resume=tmp_path / "a", **{**kw, "batch": 4})
+    with pytest.raises(ValueError, match="steps must be more than the 1 steps"):
+        fp8lab.train("fp32", steps=1, resume=tmp_path / "a", **kw)
+    with pytest.raises(ValueError, match="holds no checkpoint.npz"):
+        fp8lab.train("fp32", steps=2, resume=tmp_path / "b", **kw)
+    assert (tmp_path / "a" / "checkpoint.npz").read_bytes() == before  # nothing lost
+    with pytest.raises(ValueError, match="save: only for task='chars'"):
+        fp8lab.train("fp32", steps=1, save=tmp_path / "c", progress=False)
+
+
+def test_chars_run_killed_mid_way_resumes_to_the_same_losses(tmp_path):
+    import signal
+    import time
+
+    from fp8lab import checkpoint
+
+    args = ["train", "--task", "chars", "--recipe", "fp32", "--no-baseline", "--engine", "reference", "--batch", "8",
+            "--context", "2", "--embed", "16", "--hidden", "16", "--blocks", "1", "--eval-every", "1", "--no-plot",
+            "--no-progress"]
+    proc = subprocess.Popen([sys.executable, "-m", "fp8lab.cli", *args, "--steps", "100000", "--save",
+                             str(tmp_path / "run")], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "MPLBACKEND": "Agg"})
+    ckpt = tmp_path / "run" / "fp32" / "checkpoint.npz"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if ckpt.exists():
+            with np.load(ckpt) as z:
+                if json.loads(bytes(z["__meta__"]).decode())["step"] >= 3:
+                    break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)  # mid-way: possibly while it writes the next checkpoint
+    proc.wait()
+    _, meta = checkpoint.load(tmp_path / "run" / "fp32", {})
+    done = meta["step"]
+    assert done >= 3
+    r = _cli(*args, "--steps", str(done + 2), "--resume", str(tmp_path / "run"), "--json", str(tmp_path / "r.json"),
+             cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    resumed = json.loads((tmp_path / "r.json").read_text())[0]
+    whole = fp8lab.train("fp32", engine="reference", steps=done + 2, progress=False, **{**SMALL, "eval_every": 1})
+    assert resumed["loss"] == whole.loss and resumed["val_loss"] == whole.val_loss

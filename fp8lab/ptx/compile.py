@@ -137,6 +137,11 @@ backend = importlib.util.module_from_spec(bspec)
 sys.modules["fp8lab._backend"] = backend
 bspec.loader.exec_module(backend)
 backend.probe_driver = lambda: (1, "compile only: PTX without a device (fp8lab.ptx.ptx_of)")
+pspec = importlib.util.spec_from_file_location("fp8lab._pool", os.path.join(os.path.dirname(spec.origin), "_pool.py"))
+pool = importlib.util.module_from_spec(pspec)
+sys.modules["fp8lab._pool"] = pool
+pspec.loader.exec_module(pool)
+pool.install = lambda: False  # the caching allocator needs a driver; nothing is allocated here
 import fp8lab
 from numba import cuda
 import numba.cuda.dispatcher as dispatcher
