@@ -15,6 +15,7 @@ import pathlib
 import numpy as np
 
 from . import _validate as V
+from . import lm
 
 FILE = "checkpoint.npz"
 
@@ -70,3 +71,22 @@ def load(folder, expect: dict) -> tuple[dict, dict]:
         raise ValueError(f"resume={str(folder)!r} holds a checkpoint of another configuration (" + "; ".join(differ)
                          + ")")
     return arrays, meta
+
+
+def model_of(folder) -> tuple:
+    """(fp8lab.lm.Config, recipe, {name: master weights}) of the run saved in folder (either engine's layout)."""
+    folder = check_resume_dir("folder", folder)
+    arrays, meta = load(folder, {})
+    m = dict(meta["model"])
+    m.pop("moments", None)
+    cfg = lm.Config(**m)
+    shapes = lm.param_shapes(cfg)
+    if "params" in arrays:  # the kernels engine: one flat buffer
+        flat, out, o = arrays["params"], {}, 0
+        for k, shape in shapes.items():
+            n = int(np.prod(shape))
+            out[k] = flat[o:o + n].reshape(shape)
+            o += n
+    else:
+        out = {k: arrays[f"params/{k}"] for k in shapes}
+    return cfg, meta["recipe"], out

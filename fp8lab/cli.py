@@ -1,4 +1,4 @@
-"""The `fp8lab` command line: info, train, bench, worksheets, grade.
+"""The `fp8lab` command line: info, train, generate, bench, worksheets, grade.
 
 Nothing here imports fp8lab's kernels before the arguments are read: `--backend` must be applied before
 fp8lab.runtime picks the backend (numba's simulator mode is fixed when numba.cuda is first imported).
@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+
+import numpy as np
 
 from . import _backend
 from .kernels import MODULES as BENCHES  # the registry only; kernel modules are imported on use
@@ -41,6 +43,8 @@ def _train(args) -> int:
     if not args.no_plot:
         _output_path("--plot", args.plot)
 
+    if args.torch and args.task != "chars":
+        raise ValueError("--torch (the PyTorch rung) is only for --task chars")
     baselines = ["fp32"] if args.task == "teacher" else ["fp32", "bf16"]
     recipes = [args.recipe] if args.no_baseline else [r for r in baselines if r != args.recipe] + [args.recipe]
     # every option goes through: fl.train names any that does not apply to the task
@@ -50,7 +54,8 @@ def _train(args) -> int:
                   blocks=args.blocks, moments=args.moments, eval_every=args.eval_every)
     hists = []
     for r in recipes:
-        where = {k: None if d is None else os.path.join(d, r) for k, d in (("save", args.save), ("resume", args.resume))}
+        where = {k: None if d is None else os.path.join(d, r)
+                 for k, d in (("save", args.save), ("resume", args.resume))}
         try:
             hists.append(fl.train(r, **common, **where))
         except fl.TrainingDiverged as e:
@@ -79,6 +84,8 @@ def _train(args) -> int:
             print(f"{h.recipe:<13} {h.model['moments']:>7} {h.final_loss:>7.4f} {h.eval_loss:>10.4f} "
                   f"{h.eval_bpc:>8.4f} {rel[0]:>8} {rel[1]:>8} {corpus.bits_per_char(h.ema_loss):>8.4f} "
                   f"{h.step_ms:>7.1f}ms")
+        if args.torch:
+            _torch_row(h0, m)
     if args.json:
         import json
 
@@ -91,6 +98,40 @@ def _train(args) -> int:
 
         plot_losses(hists, path=args.plot)
         print(f"wrote {args.plot}")
+    return 0
+
+
+def _torch_row(h, m) -> None:
+    """The PyTorch rung (fp8lab.lm_torch): the same model, weights and batches, BF16 autocast, when installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        print("PyTorch is not installed: no PyTorch row (pip install torch)")
+        return
+    from . import corpus, lm, lm_torch
+
+    cfg = lm.Config(**{k: v for k, v in m.items() if k != "moments"})
+    t = lm_torch.train(cfg, h.steps, h.batch, h.lr, h.seed)
+    print(f"{'PyTorch bf16':<13} {'fp32':>7} {float(np.mean(t['loss'][-max(1, len(t['loss']) // 10):])):>7.4f} "
+          f"{t['val_loss']:>10.4f} {corpus.bits_per_char(t['val_loss']):>8.4f} {'':>8} {'':>8} {'-':>8} "
+          f"{t['step_ms']:>7.1f}ms  (autocast, {t['device']}; its validation uses 4 batches)")
+
+
+def _generate(args) -> int:
+    from . import checkpoint, corpus, lm
+
+    cfg, recipe, weights = checkpoint.model_of(args.source)
+    c = corpus.load()
+    prompt = c.encode(args.prompt)
+    if not len(prompt):
+        raise ValueError("prompt must hold at least one character")
+    if args.chars <= 0:
+        raise ValueError(f"chars must be a positive int, got {args.chars}")
+    if not args.temperature > 0:
+        raise ValueError(f"temperature must be a positive number, got {args.temperature}")
+    ids = lm.generate(lm.Model(cfg, recipe), weights, prompt, args.chars, np.random.default_rng(args.seed),
+                      args.temperature)
+    print(args.prompt + c.decode(ids))
     return 0
 
 
@@ -186,6 +227,8 @@ def _main(argv: list[str]) -> int:
                                                  "every validation (atomically)")
     t.add_argument("--resume", metavar="DIR", help="chars: continue the runs saved in DIR/RECIPE/ to --steps (give "
                                                    "--save DIR too to keep saving there)")
+    t.add_argument("--torch", action="store_true", help="chars: add the PyTorch rung (the same model in PyTorch, "
+                                                        "BF16 autocast) as a loss and speed peer, if installed")
     t.add_argument("--eval-every", type=int, help="chars: steps between validation losses (default 50; 3 simulated)")
     t.add_argument("--engine", default="kernels", choices=("kernels", "reference"),
                    help="Numba-CUDA kernels, or the same arithmetic in NumPy")
@@ -194,6 +237,14 @@ def _main(argv: list[str]) -> int:
     t.add_argument("--no-plot", action="store_true")
     t.add_argument("--json", help="also write the histories as JSON")
     t.add_argument("--no-progress", action="store_true")
+
+    gen = sub.add_parser("generate", help="sample text from a language model saved by train --task chars --save DIR")
+    gen.add_argument("--from", dest="source", required=True, metavar="DIR",
+                     help="a folder holding checkpoint.npz (train --save DIR writes DIR/RECIPE/)")
+    gen.add_argument("--prompt", default="ROMEO:\n", help="the text to continue (default: %(default)r)")
+    gen.add_argument("--chars", type=int, default=300, help="characters to sample (default: %(default)s)")
+    gen.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default: %(default)s)")
+    gen.add_argument("--seed", type=int, default=0)
 
     b = sub.add_parser("bench", help="check every kernel version against its reference, then time it",
                        description="Check every version of a kernel module against its reference, then time it "
@@ -222,6 +273,8 @@ def _main(argv: list[str]) -> int:
             return 0
         if args.cmd == "train":
             return _train(args)
+        if args.cmd == "generate":
+            return _generate(args)
         return _bench(args)
     except (ValueError, TypeError) as e:  # bad arguments: say what was wrong, without a traceback
         print(f"fp8lab {args.cmd}: error: {e}", file=sys.stderr)

@@ -57,6 +57,16 @@ class Config:
         return self.context * self.embed
 
 
+def param_shapes(cfg: Config) -> dict:
+    """{name: shape} of the parameters, in init_params' order (the layout of a flat buffer of them)."""
+    D, F = cfg.width, cfg.hidden
+    shapes = {"emb": (cfg.vocab, cfg.embed)}
+    for i in range(cfg.blocks):
+        shapes.update({f"g{i}": (D,), f"w1_{i}": (2 * F, D), f"w2_{i}": (D, F)})
+    shapes.update({"gf": (D,), "head": (cfg.vocab, D)})
+    return shapes
+
+
 def init_params(cfg: Config, seed: int) -> dict:
     """float32 parameters: normal embeddings, Linear weights scaled by 1 / sqrt(fan-in) (W2 further by
     1 / sqrt(2 L), so the residual stream does not grow with depth), norm gains 1."""
@@ -194,8 +204,7 @@ class Model:
         self.lin1 = [Linear(recipe) for _ in range(cfg.blocks)]
         self.lin2 = [Linear(recipe) for _ in range(cfg.blocks)]
 
-    def loss(self, p, ids, targets, grads: bool = True):
-        """Mean cross-entropy (nats) of predicting targets from ids; with grads=True also {name: gradient}."""
+    def _forward(self, p, ids):
         cfg = self.cfg
         M = ids.shape[0]
         x = p["emb"][ids].reshape(M, cfg.width)
@@ -207,7 +216,16 @@ class Model:
             saved.append((x, rstd, u))
             x = (x + self.lin2[i].forward(h, p[f"w2_{i}"])).astype(F32)
         zf, rstdf = rmsnorm(x, p["gf"])
-        logits = zf @ p["head"].T
+        return x, saved, zf, rstdf, zf @ p["head"].T
+
+    def logits(self, p, ids) -> np.ndarray:
+        """float32 (M, V) logits of the next character after each window of ids (M, C), in this recipe."""
+        return self._forward(p, np.asarray(ids))[-1]
+
+    def loss(self, p, ids, targets, grads: bool = True):
+        """Mean cross-entropy (nats) of predicting targets from ids; with grads=True also {name: gradient}."""
+        cfg = self.cfg
+        x, saved, zf, rstdf, logits = self._forward(p, ids)
         loss, dlogits = cross_entropy(logits, targets)
         if not grads:
             return loss
@@ -223,6 +241,22 @@ class Model:
         np.add.at(demb, ids.reshape(-1), dx.reshape(-1, cfg.embed))
         g["emb"] = demb
         return loss, {k: v.astype(F32) for k, v in g.items()}
+
+
+def generate(model: Model, p: dict, prompt_ids, count: int, rng: np.random.Generator, temperature: float = 0.8):
+    """`count` character ids sampled one at a time after prompt_ids (1-D, at least one id), each from the softmax of
+    the logits / temperature given the last `context` ids (the prompt left-padded with its first id if shorter)."""
+    C = model.cfg.context
+    ids = list(int(i) for i in prompt_ids)
+    ids = [ids[0]] * max(0, C - len(ids)) + ids
+    out = []
+    for _ in range(count):
+        z = model.logits(p, np.array([ids[-C:]], np.int64))[0].astype(np.float64) / temperature
+        w = np.exp(z - z.max())
+        nxt = int(rng.choice(len(w), p=w / w.sum()))
+        ids.append(nxt)
+        out.append(nxt)
+    return np.array(out, np.int32)
 
 
 class AdamW:

@@ -261,6 +261,11 @@ def test_chars_resume_continues_to_the_same_losses(tmp_path, engine):
     resumed = fp8lab.train("fp8-deepseek", steps=3, resume=tmp_path / "run", save=tmp_path / "run", **kw)
     assert resumed.loss == whole.loss and resumed.val_loss == whole.val_loss
     assert resumed.ema_loss == whole.ema_loss
+    from fp8lab import checkpoint, lm
+
+    cfg, recipe, w = checkpoint.model_of(tmp_path / "run")  # either engine's layout
+    assert recipe == "fp8-deepseek" and cfg.context == SMALL["context"]
+    assert {k: v.shape for k, v in w.items()} == lm.param_shapes(cfg) and all(np.isfinite(v).all() for v in w.values())
 
 
 def test_checkpoint_is_refused_by_another_configuration_and_never_overwritten(tmp_path):
@@ -313,3 +318,34 @@ def test_chars_run_killed_mid_way_resumes_to_the_same_losses(tmp_path):
     resumed = json.loads((tmp_path / "r.json").read_text())[0]
     whole = fp8lab.train("fp32", engine="reference", steps=done + 2, progress=False, **{**SMALL, "eval_every": 1})
     assert resumed["loss"] == whole.loss and resumed["val_loss"] == whole.val_loss
+
+
+def test_generate_samples_text_from_a_saved_model(tmp_path):
+    fp8lab.train("fp32", steps=2, engine="reference", progress=False, save=tmp_path / "lm", **SMALL)
+    r = _cli("generate", "--from", str(tmp_path / "lm"), "--prompt", "ROMEO:", "--chars", "40", "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    text = r.stdout.rstrip("\n")
+    assert text.startswith("ROMEO:") and len(text) >= len("ROMEO:") + 30  # 40 sampled characters (some may be \n)
+    again = _cli("generate", "--from", str(tmp_path / "lm"), "--prompt", "ROMEO:", "--chars", "40", "--seed", "3")
+    assert again.stdout == r.stdout  # the seed fixes the sample
+    bad = _cli("generate", "--from", str(tmp_path / "nothing"))
+    assert bad.returncode == 2 and "holds no checkpoint.npz" in bad.stderr
+    bad = _cli("generate", "--from", str(tmp_path / "lm"), "--prompt", "naïve")
+    assert bad.returncode == 2 and "outside the corpus vocabulary" in bad.stderr
+
+
+def test_pytorch_rung_follows_the_reference_engine():
+    pytest.importorskip("torch")
+    from fp8lab import corpus, lm, lm_torch
+
+    cfg = lm.Config(corpus.load().vocab_size, SMALL["context"], SMALL["embed"], SMALL["hidden"], SMALL["blocks"])
+    t = lm_torch.train(cfg, 4, SMALL["batch"], 3e-3, autocast=False, device="cpu")
+    h = fp8lab.train("fp32", steps=4, lr=3e-3, engine="reference", progress=False, **SMALL)
+    # same weights, batches and AdamW: float32 PyTorch follows the NumPy engine to rounding
+    np.testing.assert_allclose(t["loss"], h.loss, rtol=1e-5)
+    b = lm_torch.train(cfg, 4, SMALL["batch"], 3e-3, autocast=True, device="cpu")  # BF16 autocast: close, not equal
+    assert b["loss"] != t["loss"] and np.allclose(b["loss"], t["loss"], rtol=0.02)
+    r = _cli("train", "--task", "chars", "--recipe", "fp32", "--no-baseline", "--torch", "--steps", "2", "--engine",
+             "reference", "--batch", "8", "--context", "2", "--embed", "16", "--hidden", "16", "--blocks", "1",
+             "--no-plot")
+    assert r.returncode == 0 and "PyTorch bf16" in r.stdout, r.stderr
