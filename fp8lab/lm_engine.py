@@ -174,7 +174,6 @@ class KernelModel:
         self.targets = _empty(M, np.int32)
         self.x = [_empty((M, D)) for _ in range(L + 1)]  # the residual stream entering each block, and leaving
         self.rstd = [_empty(M) for _ in range(L + 1)]
-        self.z = _empty((M, D)) if not self.fused else None
         self.u = [_empty((M, 2 * F)) for _ in range(L)]
         self.h = [_empty((M, F)) for _ in range(L)] if not self.fused else None
         self.lin1 = [DeviceLinear(recipe, M, 2 * F, D) for _ in range(L)]

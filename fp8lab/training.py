@@ -493,12 +493,16 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
         def push_ema():
             ema.push(P.flat.copy_to_host)
 
-        def ema_weights():
-            return P.split(ema.value())
+        def evaluate():
+            return np.mean([model.loss(i, t, grads=False) for i, t in val])
 
-        def evaluate(p):
-            evaluator = lm_engine.KernelModel(cfg, recipe, batch, p) if p is not None else model
-            return np.mean([evaluator.loss(i, t, grads=False) for i, t in val])
+        def evaluate_ema():  # the EMA weights in the model's own buffers for a moment (no second model)
+            current = P.flat.copy_to_host()
+            P.flat.copy_to_device(ema.value())
+            try:
+                return evaluate()
+            finally:
+                P.flat.copy_to_device(current)
 
         def get_state():
             return {"params": P.flat.copy_to_host(), "m": opt.m.copy_to_host(), "v": opt.v.copy_to_host(),
@@ -533,11 +537,11 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
                 ema[k] *= np.float32(ema_decay)
                 ema[k] += np.float32(1 - ema_decay) * w
 
-        def ema_weights():
-            return ema
+        def evaluate(p=params):
+            return np.mean([model.loss(p, i, t, False) for i, t in val])
 
-        def evaluate(p):
-            return np.mean([model.loss(params if p is None else p, i, t, False) for i, t in val])
+        def evaluate_ema():
+            return evaluate(ema)
 
         def get_state():
             st = {"t": np.int64(opt.t)}
@@ -597,11 +601,11 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
         push_ema()
         hist.step_seconds.append(time.perf_counter() - t0)  # the loss was read back: the step's kernels are done
         if i % eval_every == 0 or i == steps:
-            hist.val_loss.append([i, float(evaluate(None))])
+            hist.val_loss.append([i, float(evaluate())])
             bar.set_postfix(loss=f"{value:.3f}", val_bpc=f"{corpus.bits_per_char(hist.val_loss[-1][1]):.3f}")
             if save is not None:
                 save_now(i)
     hist.seconds = time.perf_counter() - start
     hist.eval_loss = hist.val_loss[-1][1]
-    hist.ema_loss = float(evaluate(ema_weights()))
+    hist.ema_loss = float(evaluate_ema())
     return hist
