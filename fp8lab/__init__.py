@@ -21,10 +21,16 @@ _PUBLIC = {
     "TrainingDiverged": "training",
 }
 
-__all__ = ["info", *_PUBLIC]
+_SUBMODULES = ("pipeline", "overlap")  # public submodules, imported on first use too: fl.pipeline.simulate(...)
+
+__all__ = ["info", *_PUBLIC, *_SUBMODULES]
 
 
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        from importlib import import_module
+
+        return import_module(f".{name}", __name__)  # the import also sets the package attribute
     if name not in _PUBLIC:
         raise AttributeError(f"module 'fp8lab' has no attribute {name!r}")
     from importlib import import_module

@@ -1,4 +1,4 @@
-"""The `fp8lab` command line: info, train, generate, bench, worksheets, grade.
+"""The `fp8lab` command line: info, train, generate, bench, alltoall, pipeline, worksheets, grade.
 
 Nothing here imports fp8lab's kernels before the arguments are read: `--backend` must be applied before
 fp8lab.runtime picks the backend (numba's simulator mode is fixed when numba.cuda is first imported).
@@ -51,7 +51,8 @@ def _train(args) -> int:
     common = dict(steps=args.steps, seed=args.seed, batch=args.batch, lr=args.lr, optimizer=args.optimizer,
                   engine=args.engine, progress=not args.no_progress, task=args.task, d_in=args.d_in,
                   d_out=args.d_out, noise=args.noise, context=args.context, embed=args.embed, hidden=args.hidden,
-                  blocks=args.blocks, moments=args.moments, eval_every=args.eval_every)
+                  blocks=args.blocks, moments=args.moments, eval_every=args.eval_every, outliers=args.outliers,
+                  eval_batches=args.eval_batches)
     hists = []
     for r in recipes:
         where = {k: None if d is None else os.path.join(d, r)
@@ -75,7 +76,8 @@ def _train(args) -> int:
         m = h0.model
         print(f"\nTiny Shakespeare, backend {h0.backend}, engine {h0.engine}: {h0.batch} windows of {m['context']} "
               f"characters per step, width {m['context'] * m['embed']}, SwiGLU {m['hidden']}, {m['blocks']} blocks; "
-              f"{h0.steps} steps, AdamW lr {h0.lr:g}, seed {h0.seed}")
+              f"{h0.steps} steps, AdamW lr {h0.lr:g}, seed {h0.seed}"
+              + (f"; {_outlier_note(m)}" if m.get("outliers", 1) != 1 else ""))
         print(f"{'recipe':<13} {'moments':>7} {'train':>7} {'val (nats)':>10} {'val bpc':>8} {'vs fp32':>8} "
               f"{'vs bf16':>8} {'EMA bpc':>8} {'step':>9}")
         ref = {h.recipe: h.eval_loss for h in hists}
@@ -86,6 +88,11 @@ def _train(args) -> int:
                   f"{h.step_ms:>7.1f}ms")
         if args.torch:
             _torch_row(h0, m)
+        timed = [h for h in hists if h.breakdown]
+        if timed:  # kernels on a GPU: where each recipe's step goes
+            print("\nGPU time per step by op (ms; after the first steps, which compile kernels):")
+            for h in timed:
+                print(f"  {h.recipe:<13} " + ", ".join(f"{k} {v:.2f}" for k, v in h.breakdown.items()))
     if args.json:
         import json
 
@@ -98,7 +105,20 @@ def _train(args) -> int:
 
         plot_losses(hists, path=args.plot)
         print(f"wrote {args.plot}")
+        if any(h.breakdown for h in hists):
+            from .plotting import plot_breakdown
+
+            where = os.path.splitext(args.plot)[0] + "_breakdown.png"
+            plot_breakdown(hists, path=where)
+            print(f"wrote {where}")
     return 0
+
+
+def _outlier_note(m) -> str:
+    from . import lm
+
+    return (f"{lm.OUTLIER_CHANNELS} outlier channels x{m['outliers']:g} in W1's input (W1's columns /"
+            f"{m['outliers']:g}: fp32 and bf16 unchanged)")
 
 
 def _torch_row(h, m) -> None:
@@ -135,16 +155,52 @@ def _generate(args) -> int:
     return 0
 
 
+def _alltoall(args) -> int:
+    from . import bench, moe
+
+    try:
+        r = moe.run_alltoall(args.world_size, args.tokens, args.hidden, args.experts, args.top_k, args.dist_backend,
+                             args.seed)
+    except ImportError as e:  # PyTorch is optional
+        print(f"fp8lab alltoall: error: {e}", file=sys.stderr)
+        return 2
+    bench.print_table("MoE all-to-all: FP8 dispatch, BF16 combine (measured here)", ["what", "result"], r.rows())
+    c = moe.comm_cost(args.tokens)
+    bench.print_table(f"{args.tokens} tokens per GPU at DeepSeek-V3's size (hidden 7168, 8 experts per token, at most "
+                      "4 nodes; a model, not measured)", ["phase", "link", "bytes per token", "time"], c.rows())
+    print(f"FP8 dispatch sends {c.fp8_dispatch_saving:.1%} fewer bytes than BF16 and saves "
+          f"{c.fp8_total_saving:.1%} of dispatch + combine time")
+    return 0 if r.mismatches == 0 and r.bound_ratio <= 1 else 1
+
+
+def _pipeline(args) -> int:
+    from . import pipeline
+
+    if args.plot:
+        _output_path("--plot", args.plot)
+    schedules = pipeline.SCHEDULES if args.schedule == "all" else (args.schedule,)
+    rows = pipeline.compare(args.stages, args.microbatches, args.F, args.B, args.W, args.FB, schedules)
+    if args.plot:
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        pipeline.plot_gantt([r["timeline"] for r in rows], path=args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
 def _bench(args) -> int:
     from .kernels import load
 
-    names = BENCHES + ("overhead",) if args.op == "all" else (args.op,)
+    names = BENCHES + ("overhead", "overlap") if args.op == "all" else (args.op,)
     status = 0
     for name in names:
         if name == "overhead":  # the public API against its kernels (not a kernel module)
             from . import overhead
 
             status |= overhead.main(args.rest)
+        elif name == "overlap":  # streams and the SM budget of a persistent GEMM (not a kernel module)
+            from . import overlap
+
+            status |= overlap.main(args.rest)
         else:  # each kernel module's own options (--markdown, --check-only, ...)
             status |= load(name).main(args.rest)
     return status
@@ -223,6 +279,12 @@ def _main(argv: list[str]) -> int:
     t.add_argument("--blocks", type=int, help="chars: residual blocks (default 4; 1 simulated)")
     t.add_argument("--moments", choices=("bf16", "fp32"),
                    help="chars: AdamW moments' storage (default: bf16 in fp8-deepseek, else fp32)")
+    t.add_argument("--eval-batches", type=int, help="chars: batches of validation windows (default 8 on a GPU, 1 "
+                                                    "simulated)")
+    t.add_argument("--outliers", type=float, metavar="S",
+                   help="chars: a power of two; W1's input gets a few channels S times larger and W1 those columns S "
+                        "times smaller (the same product: a controlled test of per-tensor against fine-grained "
+                        "scaling)")
     t.add_argument("--save", metavar="DIR", help="chars: write a checkpoint of each recipe's run to DIR/RECIPE/ at "
                                                  "every validation (atomically)")
     t.add_argument("--resume", metavar="DIR", help="chars: continue the runs saved in DIR/RECIPE/ to --steps (give "
@@ -249,11 +311,42 @@ def _main(argv: list[str]) -> int:
     b = sub.add_parser("bench", help="check every kernel version against its reference, then time it",
                        description="Check every version of a kernel module against its reference, then time it "
                                    "(on a GPU). OP defaults to all; options go after it: fp8lab bench gemm --markdown.")
-    b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("overhead", "all"), metavar="OP",
-                   help="a kernel module, overhead (the public API against its preallocated kernels), or all")
+    b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("overhead", "overlap", "all"), metavar="OP",
+                   help="a kernel module, overhead (the public API against its preallocated kernels), overlap "
+                        "(copies on streams beside a GEMM; the GEMM on part of the SMs beside a copy), or all")
     b.add_argument("rest", nargs=argparse.REMAINDER,
                    help="passed to each kernel module: --markdown (a BENCHMARKS.md section), --check-only, and "
-                        "module options (gemm: --plot PATH; fp8_gemm: --deepseek)")
+                        "module options (gemm: --plot PATH; fp8_gemm: --deepseek; overlap: --plot DIR)")
+
+    a = sub.add_parser("alltoall", help="MoE dispatch in FP8 and combine in BF16 as an all-to-all among processes "
+                                        "(needs PyTorch)")
+    a.add_argument("--world-size", type=int, default=2, help="processes, one per rank (default: %(default)s)")
+    a.add_argument("--tokens", type=int, default=256, help="tokens per rank (default: %(default)s)")
+    a.add_argument("--hidden", type=int, default=512, help="hidden size (default: %(default)s)")
+    a.add_argument("--experts", type=int, default=16, help="routed experts, a multiple of --world-size "
+                                                         "(default: %(default)s)")
+    a.add_argument("--top-k", type=int, default=4, help="experts per token (default: %(default)s)")
+    a.add_argument("--dist-backend", choices=("gloo", "nccl"),
+                   help="torch.distributed backend (default: nccl with a GPU per rank, else gloo)")
+    a.add_argument("--seed", type=int, default=0)
+
+    pp = sub.add_parser("pipeline", help="simulate 1F1B, ZB1P and DualPipe and compare their bubbles with "
+                                         "DeepSeek-V3's Table 2")
+
+    def number(s: str):  # ints stay ints: the simulator's times are then exact
+        return int(s) if s.lstrip("+-").isdigit() else float(s)
+
+    pp.add_argument("--schedule", default="all", choices=("all", "1f1b", "zb1p", "dualpipe"),
+                    help="default: %(default)s")
+    pp.add_argument("--stages", type=int, default=8, help="pipeline stages PP (default: %(default)s)")
+    pp.add_argument("--microbatches", type=int, default=20, help="micro-batches, both directions together for "
+                                                                "dualpipe (default: %(default)s, as in Figure 5)")
+    for flag, default, what in (("--F", 1, "a forward chunk"), ("--B", 2, "a full backward chunk"),
+                                ("--W", 1, "the weight-gradient part of B"),
+                                ("--FB", None, "an overlapped forward + backward pair (default: F + B)")):
+        pp.add_argument(flag, type=number, default=default, help=f"time of {what}" +
+                        ("" if default is None else " (default: %(default)s)"))
+    pp.add_argument("--plot", metavar="PATH", help="also write the Gantt chart(s) there (PNG)")
 
     w = sub.add_parser("worksheets", help="start a worksheet in work/, grade it; instructors: build exercises/",
                        add_help=False)
@@ -275,6 +368,10 @@ def _main(argv: list[str]) -> int:
             return _train(args)
         if args.cmd == "generate":
             return _generate(args)
+        if args.cmd == "alltoall":
+            return _alltoall(args)
+        if args.cmd == "pipeline":
+            return _pipeline(args)
         return _bench(args)
     except (ValueError, TypeError) as e:  # bad arguments: say what was wrong, without a traceback
         print(f"fp8lab {args.cmd}: error: {e}", file=sys.stderr)

@@ -19,6 +19,12 @@ Recipes (which precision each GEMM of a Linear runs in: Fprop y = x W^T, Dgrad d
 In every recipe the embedding, the output head, the norms, SwiGLU and the softmax stay in float32 (DeepSeek-V3
 keeps embedding, output head, normalization and attention in BF16/FP32), master weights and gradients are float32,
 and an EMA of the weights is kept on the CPU.
+
+Outlier channels (Config.outliers = s, a power of two): W1's GEMMs run on z * d and W1 / d, where d is s on
+OUTLIER_CHANNELS fixed channels and 1 elsewhere. The product is the same in exact arithmetic, and bit for bit in
+fp32 and bf16 (scaling by a power of two is exact), so only the FP8 scales see the change: the few large channels
+with small weights that LLMs grow (LLM.int8(), arXiv 2208.07339; "massive activations", arXiv 2402.17762, about
+10^3-10^4 times the median activation).
 """
 
 from __future__ import annotations
@@ -35,6 +41,11 @@ RECIPES = ("fp32", "bf16", "fp8-tensor", "fp8-deepseek")
 DECAYED = ("w1_", "w2_", "head")  # AdamW's weight decay: the Linear weights, not the embedding or the norm gains
 EPS = spec.RMSNORM_EPS
 F32 = np.float32
+# LLM.int8() finds about 6 systematic outlier dimensions of 4096 (6.7B parameters); 2 of 512 is denser, and leaves
+# most 1 x 128 tiles of W1's input free of them
+OUTLIER_CHANNELS = 2
+OUTLIER_SEED = 2208
+MAX_OUTLIER_LOG2 = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,14 +58,33 @@ class Config:
     embed: int
     hidden: int
     blocks: int
+    outliers: float = 1.0  # the magnitude of the outlier channels of W1's input (1: none); see the module docstring
 
     def __post_init__(self):
         for name in ("vocab", "context", "embed", "hidden", "blocks"):
             V.positive_int(name, getattr(self, name))
+        s = self.outliers
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, float, np.integer, np.floating)):
+            raise TypeError(f"outliers must be a power of two from 1 to 2**{MAX_OUTLIER_LOG2}, got {V.describe(s)}")
+        if not (1 <= s <= 2**MAX_OUTLIER_LOG2 and math.frexp(s)[0] == 0.5):  # NaN fails too
+            raise ValueError(f"outliers must be a power of two from 1 to 2**{MAX_OUTLIER_LOG2} (exact scaling keeps "
+                             f"fp32 and bf16 unchanged), got {s!r}")
+        object.__setattr__(self, "outliers", float(s))
 
     @property
     def width(self) -> int:
         return self.context * self.embed
+
+
+def outlier_scales(cfg: Config) -> np.ndarray | None:
+    """float32 (D,): cfg.outliers on OUTLIER_CHANNELS channels drawn once (the same in every block and every run),
+    1 elsewhere; None when cfg.outliers is 1."""
+    if cfg.outliers == 1:
+        return None
+    d = np.ones(cfg.width, F32)
+    d[np.random.default_rng(OUTLIER_SEED).choice(cfg.width, min(OUTLIER_CHANNELS, cfg.width), replace=False)] = \
+        cfg.outliers
+    return d
 
 
 def param_shapes(cfg: Config) -> dict:
@@ -203,6 +233,7 @@ class Model:
         self.cfg, self.recipe = cfg, V.choice("recipe", recipe, RECIPES)
         self.lin1 = [Linear(recipe) for _ in range(cfg.blocks)]
         self.lin2 = [Linear(recipe) for _ in range(cfg.blocks)]
+        self.d = outlier_scales(cfg)
 
     def _forward(self, p, ids):
         cfg = self.cfg
@@ -211,7 +242,8 @@ class Model:
         saved = []
         for i in range(cfg.blocks):
             z, rstd = rmsnorm(x, p[f"g{i}"])
-            u = self.lin1[i].forward(z, p[f"w1_{i}"])
+            w1 = p[f"w1_{i}"]
+            u = self.lin1[i].forward(z, w1) if self.d is None else self.lin1[i].forward(z * self.d, w1 / self.d)
             h = swiglu(u)
             saved.append((x, rstd, u))
             x = (x + self.lin2[i].forward(h, p[f"w2_{i}"])).astype(F32)
@@ -235,6 +267,8 @@ class Model:
             x_in, rstd, u = saved[i]
             dh, g[f"w2_{i}"] = self.lin2[i].backward(dx)
             dz, g[f"w1_{i}"] = self.lin1[i].backward(swiglu_backward(dh, u))
+            if self.d is not None:  # the gradients of z and W1 from those of z * d and W1 / d
+                dz, g[f"w1_{i}"] = dz * self.d, g[f"w1_{i}"] / self.d
             dxn, g[f"g{i}"] = rmsnorm_backward(dz, x_in, p[f"g{i}"], rstd)
             dx = (dx + dxn).astype(F32)
         demb = np.zeros_like(p["emb"])

@@ -1,4 +1,5 @@
-"""Plots shared by the notebooks and the command line: training losses, the SGEMM ladder."""
+"""Plots shared by the notebooks and the command line: training losses, a training step's time by op, the SGEMM
+ladder."""
 
 from __future__ import annotations
 
@@ -23,14 +24,26 @@ def plot_losses(histories, ax=None, path=None, title=None):
         fig, ax = plt.subplots(figsize=(7, 4))
     else:
         fig = ax.figure
+    chars = bool(histories) and histories[0].task == "chars"
     for h in histories:
         steps = np.arange(1, len(h.loss) + 1)
-        ax.plot(steps, h.loss, lw=1, label=f"{h.recipe} ({h.engine}): final {h.final_loss:.4f}")
-    if histories:
+        line, = ax.plot(steps, h.loss, lw=1, alpha=0.6 if chars else 1,
+                        label=f"{h.recipe} ({h.engine}): final {h.final_loss:.4f}")
+        if chars and h.val_loss:  # validation losses as points in the same colour
+            vs, vl = zip(*h.val_loss)
+            ax.plot(vs, vl, "o-", ms=3, color=line.get_color(), label=f"{h.recipe} validation: {vl[-1]:.4f}")
+    if histories and not chars:
         ax.axhline(histories[0].floor, color="k", ls="--", lw=0.8, label=f"noise floor {histories[0].floor:g}")
+    if histories:
         h = histories[0]
-        ax.set_title(title or f"batch {h.batch}, {h.d_in} -> {h.d_out}, {h.optimizer} lr {h.lr:g}, "
-                              f"seed {h.seed} ({h.backend})")
+        if chars:
+            m = h.model
+            what = (f"width {m['context'] * m['embed']}, SwiGLU {m['hidden']}, {m['blocks']} blocks" +
+                    (f", outliers x{m['outliers']:g}" if m.get("outliers", 1) != 1 else ""))
+        else:
+            what = f"{h.d_in} -> {h.d_out}"
+        ax.set_title(title or f"batch {h.batch}, {what}, {h.optimizer} lr {h.lr:g}, seed {h.seed} ({h.backend})",
+                     fontsize=9)
     ax.set_yscale("log")
     from matplotlib.ticker import ScalarFormatter
 
@@ -38,11 +51,46 @@ def plot_losses(histories, ax=None, path=None, title=None):
         axis.set_major_formatter(ScalarFormatter())
         axis.set_minor_formatter(ScalarFormatter())
     ax.set_xlabel("step")
-    ax.set_ylabel("MSE loss")
-    ax.legend()
+    ax.set_ylabel("cross-entropy (nats)" if chars else "MSE loss")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)
+    return fig
+
+
+def plot_breakdown(histories, ax=None, path=None, title=None):
+    """A training step's GPU time by op (History.breakdown, milliseconds per step), one stacked bar per recipe;
+    returns the figure, or None when no history has a breakdown (the simulator measures none).
+
+    path: also save the figure there (PNG).
+    """
+    import matplotlib.pyplot as plt
+
+    hs = [h for h in histories if h.breakdown]
+    if not hs:
+        return None
+    names = list(dict.fromkeys(k for h in hs for k in h.breakdown))  # the first recipe's order, largest first
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 1.2 + 0.6 * len(hs)))
+    else:
+        fig = ax.figure
+    colors = plt.get_cmap("tab20")(np.arange(len(names)) % 20)
+    for row, h in enumerate(hs):
+        left = 0.0
+        for k, c in zip(names, colors):
+            ms = h.breakdown.get(k, 0.0)
+            ax.barh(row, ms, left=left, color=c, label=k if row == 0 or k not in hs[0].breakdown else None)
+            left += ms
+        ax.text(left, row, f" {left:.1f} ms", va="center", fontsize=8)
+    ax.set_yticks(range(len(hs)), [h.recipe for h in hs])
+    ax.invert_yaxis()
+    ax.set_xlabel("GPU time per training step (ms)")
+    ax.set_title(title or f"where a step's time goes ({hs[0].batch} windows per step)", fontsize=9)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(hs) < 3 else -0.2))
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
     return fig
 
 

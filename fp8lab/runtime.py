@@ -130,8 +130,8 @@ _DYNAMIC_SHARED: dict = {}  # (compiled kernel, device) -> the dynamic shared me
 STATIC_SHARED_LIMIT = 48 * 1024  # bytes a kernel may use without opting in (CUDA C++ Programming Guide)
 
 
-def launch_with_shared(kernel, grid, block, nbytes: int, *args) -> None:
-    """kernel[grid, block, 0, nbytes](*args) with nbytes of dynamic shared memory (`cuda.shared.array(0, dtype)`).
+def launch_with_shared(kernel, grid, block, nbytes: int, *args, stream=0) -> None:
+    """kernel[grid, block, stream, nbytes](*args) with nbytes of dynamic shared memory (`cuda.shared.array(0, dtype)`).
     Beyond 48 KiB a kernel must opt in (cuFuncSetAttribute, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
     up to 227 KiB per block on sm_90); numba has no option for it, so this sets the attribute on the compiled
     kernel (numba-cuda 0.30 loads kernels as CUkernel handles: cuKernelSetAttribute, as numba's own
@@ -146,7 +146,7 @@ def launch_with_shared(kernel, grid, block, nbytes: int, *args) -> None:
             attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
             _DYNAMIC_SHARED[key] = nbytes
-    kernel[grid, block, 0, nbytes](*args)
+    kernel[grid, block, stream, nbytes](*args)
 
 
 def grid_1d(n: int, threads: int = 256, max_blocks: int | None = None) -> tuple[int, int]:
@@ -236,6 +236,7 @@ SIM_COST = {
         (4, False): (0.2, 1.2e-6, 0, 128, 128, 128),  # (5,9,300) 20 s, (70,130,264) 44 s
         (5, False): (0.2, 3.3e-7, 0, 128, 128, 128),  # (5,9,300) 1.8 s, (70,130,264) 4.2 s
         (6, False): (0.2, 3.3e-7, 0, 128, 128, 128),
+        (7, False): (0.2, 3.3e-7, 0, 128, 128, 128),  # version 6's tiles, looped over by fewer blocks
         (1, True): (0.6, 1.7e-5, 0, 8, 8, 32),
         (2, True): (1.1, 1.3e-5, 0, 8, 8, 128),
     }),

@@ -86,6 +86,8 @@ class History:
     model: dict = dataclasses.field(default_factory=dict)  # chars: the fp8lab.lm.Config and the moments' format
     val_loss: list = dataclasses.field(default_factory=list)  # chars: [step, validation loss in nats] pairs
     step_seconds: list = dataclasses.field(default_factory=list)  # chars: wall time of each training step
+    # chars, kernels on a GPU: GPU milliseconds per step by op (after PROFILE_SKIP steps), largest first, else None
+    breakdown: dict | None = None
 
     @property
     def floor(self) -> float:
@@ -309,6 +311,8 @@ def train(
     eval_every: int | None = None,
     save=None,
     resume=None,
+    outliers: float | None = None,
+    eval_batches: int | None = None,
 ) -> History:
     """Train on `task` with `recipe` and return its History (per-step losses in `history.loss`).
 
@@ -317,7 +321,10 @@ def train(
     embed, hidden, blocks; AdamW; `moments` "bf16" or "fp32", default "bf16" in fp8-deepseek and "fp32" otherwise;
     validation loss every `eval_every` steps in history.val_loss and at the end in history.eval_loss, nats;
     save=DIR writes a checkpoint there at every validation, resume=DIR continues the run saved there to `steps`,
-    with the same losses as an uninterrupted run; see fp8lab.checkpoint).
+    with the same losses as an uninterrupted run; see fp8lab.checkpoint; `outliers` a power of two s: W1's input
+    gets OUTLIER_CHANNELS channels s times larger and W1 those columns s times smaller, the same product, a
+    controlled test of the FP8 scales, see fp8lab.lm; `eval_batches` batches of validation windows, the same
+    windows in every run).
     Options of the other task raise a ValueError naming them.
 
     Sizes, steps, lr and ema_decay default to the backend's (runtime.sizes("train")): on a GPU the original
@@ -332,7 +339,8 @@ def train(
     V.choice("task", task, TASKS)
     V.choice("engine", engine, ENGINES)
     other = {"teacher": (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks),
-                         ("moments", moments), ("eval_every", eval_every), ("save", save), ("resume", resume)),
+                         ("moments", moments), ("eval_every", eval_every), ("save", save), ("resume", resume),
+                         ("outliers", outliers), ("eval_batches", eval_batches)),
              "chars": (("d_in", d_in), ("d_out", d_out), ("noise", None if noise == 0.5 else noise))}[task]
     given = [n for n, v in other if v is not None]
     if given:
@@ -362,7 +370,8 @@ def train(
     if task == "chars":
         cfg = lm.Config(corpus.load().vocab_size,
                         *(V.positive_int(n, defaults[n] if v is None else v) for n, v in
-                          (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks))))
+                          (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks))),
+                        outliers=1.0 if outliers is None else outliers)
         moments = ("bf16" if recipe == "fp8-deepseek" else "fp32") if moments is None else moments
         V.choice("moments", moments, MOMENTS)
         eval_every = V.positive_int("eval_every", defaults["eval_every"] if eval_every is None else eval_every)
@@ -370,8 +379,10 @@ def train(
             save = checkpoint.check_save_dir("save", save, same_as=resume)
         if resume is not None:
             resume = checkpoint.check_resume_dir("resume", resume)
+        eval_batches = V.positive_int("eval_batches", defaults["eval_batches"] if eval_batches is None else
+                                      eval_batches)
         return _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
-                            defaults["eval_batches"], save, resume)
+                            eval_batches, save, resume)
     d_in = V.positive_int("d_in", defaults["d_in"] if d_in is None else d_in)
     d_out = V.positive_int("d_out", defaults["d_out"] if d_out is None else d_out)
     noise = V.positive_float("noise", noise)
@@ -466,6 +477,10 @@ class CpuEma:
         return self.ema
 
 
+PROFILE_SKIP = 2
+"""task="chars" on the kernels: the steps after these are profiled by op (History.breakdown)."""
+
+
 def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
                  eval_batches, save=None, resume=None) -> History:
     """task="chars" (see train): AdamW on fp8lab.lm's model, validation loss on fixed windows; a checkpoint in
@@ -482,6 +497,7 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
             return model.loss(ids, tgt), lambda: P.host(P.grad)
 
         def update():
+            model.prof.mark("AdamW")
             opt.step(P.flat, P.grad)
 
         def weights():
@@ -491,7 +507,9 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
         ema = CpuEma(P.flat.copy_to_host(), ema_decay, pinned)
 
         def push_ema():
+            model.prof.mark("EMA copy to host")
             ema.push(P.flat.copy_to_host)
+            model.prof.stop()
 
         def evaluate():
             return np.mean([model.loss(i, t, grads=False) for i, t in val])
@@ -587,6 +605,8 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
     for i in bar:
         t0 = time.perf_counter()
         ids, tgt = c.batch(stream, "train", batch, cfg.context)
+        if engine == "kernels" and i - first >= PROFILE_SKIP:  # steady state: the first steps compile kernels
+            model.prof.start()
         with V.no_float_warnings():
             value, grads_of = step(ids, tgt)
         if not np.isfinite(value) or (hist.loss and value > DIVERGENCE_FACTOR * hist.loss[0]):
@@ -606,6 +626,8 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
             if save is not None:
                 save_now(i)
     hist.seconds = time.perf_counter() - start
+    if engine == "kernels":
+        hist.breakdown = model.prof.ms_per_step()
     hist.eval_loss = hist.val_loss[-1][1]
     hist.ema_loss = float(evaluate_ema())
     return hist

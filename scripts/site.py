@@ -17,6 +17,9 @@
         Exit 1 listing every source notebook whose executed copy is missing, or older than the source (its
         code cells differ from the source's: outputs depend on the code only, and `build` takes the prose from
         the source, so a markdown edit needs no new run). tests/test_site.py runs the same check.
+        A notebook listed in docs/executed/PENDING.md (written by a session without a GPU: "- `path`: why")
+        may lack a current copy; the index marks it as not rendered. The check fails when a listed notebook
+        does not exist or already has a current copy, so the list cannot outlive the run it waits for.
 
 Every subcommand takes --root DIR (the repository; default: the one this script is in), for tests on copies.
 Standard library plus nbformat and nbclient (fp8lab's own dependencies); nbconvert only for `build`.
@@ -46,6 +49,7 @@ REFRESH = "on a GPU machine run `make executed` (FP8LAB_BACKEND=gpu scripts/site
 CELL_TIMEOUT_S = 1800  # per cell; a lecture's longest cell takes seconds on a GPU
 TEXT_LIMIT = 100_000  # characters of one text output kept in an executed copy
 SIZE_WARN = 2_000_000  # bytes: an executed copy larger than this is reported
+PENDING = EXECUTED / "PENDING.md"
 WIDGET_MIMES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
 
 
@@ -123,6 +127,15 @@ def status(root: Path, executed: Path) -> list[tuple[str, str | None]]:
         else:  # prose edits need no new run: `build` takes the prose from the source
             rows.append((rel, None))
     return rows
+
+
+def pending(root: Path) -> dict[str, str]:
+    """{source: why} of the notebooks docs/executed/PENDING.md lists as awaiting a run on a GPU."""
+    path = root / PENDING
+    if not path.exists():
+        return {}
+    found = re.findall(r"^- `?([\w./-]+\.ipynb)`?:?\s*(.*)$", path.read_text(encoding="utf-8"), re.M)
+    return {rel: why.strip() for rel, why in found}
 
 
 def _show(path: Path, root: Path) -> str:
@@ -442,8 +455,9 @@ def cmd_build(args) -> int:
                         "(or: pip install -e '.[site]')") from None
     root, executed, out = args.root, Path(args.executed or args.root / EXECUTED), Path(args.out)
     rows = status(root, executed)
-    missing = [rel for rel, _ in rows if not (executed / rel).exists()]
-    if missing and not args.allow_missing:
+    waiting = {rel for rel, problem in rows if problem and rel in pending(root)}  # rendered as missing
+    missing = [rel for rel, _ in rows if not (executed / rel).exists() or rel in waiting]
+    if set(missing) - waiting and not args.allow_missing:
         raise SiteError("no executed copy of:\n" + "\n".join(f"  {m}" for m in missing)
                         + f"\n{REFRESH}; or build without them: scripts/site.py build --allow-missing")
     for rel, problem in rows:
@@ -515,8 +529,16 @@ def cmd_check(args) -> int:
     root = args.root
     executed = Path(args.executed or root / EXECUTED)
     rows = status(root, executed)
-    bad = [(rel, p) for rel, p in rows if p]
     srcs = {rel for rel, _ in rows}
+    waits = pending(root)
+    bad = [(rel, p) for rel, p in rows if p and rel not in waits]
+    for rel, why in waits.items():
+        if rel not in srcs:
+            bad.append((rel, f"listed in {PENDING} but there is no such notebook"))
+        elif dict(rows)[rel] is None:
+            bad.append((rel, f"its executed copy is current: remove it from {PENDING}"))
+        else:
+            print(f"{rel}: pending a run on a GPU ({why or 'no reason given'}): {dict(rows)[rel]}")
     for copy in sorted(executed.glob("*/*.ipynb")) if executed.is_dir() else []:
         rel = copy.relative_to(executed).as_posix()
         if rel not in srcs:
@@ -526,7 +548,8 @@ def cmd_check(args) -> int:
     if bad:
         print(f"{len(bad)} of {len(rows)} executed copies missing or out of date: {REFRESH}")
         return 1
-    print(f"all {len(rows)} executed copies are current")
+    print(f"all {len(rows) - len(waits)} executed copies are current"
+          + (f"; {len(waits)} notebook(s) pending a run on a GPU ({PENDING})" if waits else ""))
     return 0
 
 

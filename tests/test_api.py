@@ -100,8 +100,8 @@ def test_fp8_gemm_bad_inputs(rng):
         fl.fp8_gemm(qa, np.zeros((5, 8)))
     with pytest.raises(ValueError, match="accum_bits"):
         fl.fp8_gemm(qa, fl.quantize(rng.standard_normal((5, 8)).astype(np.float32)), accum_bits=40)
-    with pytest.raises(ValueError, match=r"version must be None or an int in \(1, 2, 3, 4, 5, 6\), got 7"):
-        fl.fp8_gemm(qa, fl.quantize(rng.standard_normal((5, 8)).astype(np.float32)), version=7)
+    with pytest.raises(ValueError, match=r"version must be None or an int in \(1, 2, 3, 4, 5, 6, 7\), got 8"):
+        fl.fp8_gemm(qa, fl.quantize(rng.standard_normal((5, 8)).astype(np.float32)), version=8)
 
 
 def test_public_api_matches_its_preallocated_kernels(rng):

@@ -20,13 +20,13 @@ PKG = pathlib.Path(fp8lab.__file__).parent
 # Lower layers never import higher ones (fp8lab/kernels/README.md draws them).
 LAYERS = {
     0: ("_backend", "_validate", "formats", "spec", "hardware", "accum", "scaling", "plotting", "notebook", "corpus",
-        "lm", "checkpoint"),
+        "lm", "checkpoint", "moe", "pipeline"),
     1: ("_simgaps", "_pool", "runtime"),
     2: ("ptx", "ptx.intrinsics", "ptx.compile"),
     3: ("timing", "bench", "_triton_peer", "kernels", "kernels.common"),
     4: tuple(f"kernels.{m}" for m in MODULES),
-    5: ("quant", "overhead", "lm_engine", "lm_torch", "training", "check", "check._core", "check.ws1", "check.ws2",
-        "check.ws3", "check.ws4", "check.ws5", "worksheets", "cli", "__init__"),
+    5: ("quant", "overhead", "overlap", "lm_engine", "lm_torch", "training", "check", "check._core", "check.ws1", "check.ws2",
+        "check.ws3", "check.ws4", "check.ws5", "check.ws6", "worksheets", "cli", "__init__"),
 }
 LAYER = {name: layer for layer, names in LAYERS.items() for name in names}
 

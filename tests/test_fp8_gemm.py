@@ -83,11 +83,18 @@ def sizes(small, big):
     return [pytest.param(small, id="small"), pytest.param(big, id="big", marks=pytest.mark.gpu)]
 
 
-@pytest.mark.parametrize("version", sorted(set(fg.VERSIONS) - {4}))
+@pytest.mark.parametrize("version", sorted(set(fg.VERSIONS) - {4, 7}))
 @pytest.mark.parametrize("grans", GRANS, ids=lambda g: f"{g[0]}x{g[1]}")
 @pytest.mark.parametrize("mnk", sizes((5, 9, 300), (2048, 2053, 2055)))
 def test_fp32_accumulation(rng, version, grans, mnk):
     check_version(rng, version, grans, mnk)
+
+
+# version 7 runs version 6's tile code (one device function): under the simulator two scale pairings suffice
+@pytest.mark.parametrize("grans", GRANS[:2] if runtime.IS_SIM else GRANS, ids=lambda g: f"{g[0]}x{g[1]}")
+@pytest.mark.parametrize("mnk", sizes((5, 9, 300), (2048, 2053, 2055)))
+def test_fp32_accumulation_v7(rng, grans, mnk):
+    check_version(rng, 7, grans, mnk)
 
 
 # version 4's twin pays a warp barrier per mma under the simulator (~20 s a block): two scale pairings there
@@ -173,13 +180,74 @@ def test_tensor_core_versions_blocks_and_load_paths(rng, version, M, N, K):
     assert_correct(run(qa, qb, version), qa, qb, version)
 
 
-@pytest.mark.parametrize("version,words", [(4, "per-tensor"), (5, "per-tensor"), (6, "versions 4 and 5")])
+@pytest.mark.parametrize("version,words", [(4, "per-tensor"), (5, "per-tensor"), (6, "versions 4 and 5"),
+                                           (7, "versions 4 and 5")])
 def test_tensor_core_without_promotion_needs_tensor_scales(rng, version, words):
     qa, qb = operands(rng, 5, 9, 300, "tile", "block")
     with pytest.raises(ValueError, match=words):
         fg.launch(cuda.to_device(qa.data), cuda.to_device(qa.scale), cuda.to_device(qb.data),
                   cuda.to_device(qb.scale), cuda.device_array((5, 9), np.float32), 1, 2, version=version,
                   tc_promote=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# version 7: version 6 persistent, a grid of `sms` blocks looping over the output tiles
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("M,N,K,sms", [
+    (300, 9, 100, 1),     # 3 tiles, one block computes all of them
+    (300, 9, 140, 2),     # 3 tiles on 2 blocks: sms does not divide the tile count; 2 K-groups (p0 and p1)
+    (20, 136, 100, 3),    # 1 x 2 tiles on 3 blocks: one block finds no tile; tiles wrap along N
+], ids=str)
+def test_persistent_version_for_any_sms(rng, M, N, K, sms):
+    qa, qb = operands(rng, M, N, K, "tile", "block")
+    out = poisoned((M, N), np.float32)
+    da = Q(cuda.to_device(qa.data), cuda.to_device(qa.scale), "tile")
+    db = Q(cuda.to_device(qb.data), cuda.to_device(qb.scale), "block")
+    assert fg.fp8_gemm(da, db, out=out, version=7, sms=sms) is out
+    got = out.copy_to_host()
+    assert not np.isnan(got).any(), "NaN in the output (a tile was not written)"
+    assert_correct(got, qa, qb, 7)  # bit-exact with `reference` under the simulator, like version 6
+
+
+@pytest.mark.parametrize("sms,exc,words", [
+    (0, ValueError, r"^sms must be None or an int in 1\.\.\d+ \(this device's SMs\), got 0$"),
+    (10**6, ValueError, r"^sms must be None or an int in 1\.\.\d+"),
+    (-3, ValueError, r"^sms must be None or an int in 1\.\."),
+    (2.0, TypeError, r"^sms must be None or an int in 1\.\.\d+ \(this device's SMs\), got float"),
+    (True, TypeError, r"^sms must be None or an int"),
+    ("8", TypeError, r"^sms must be None or an int"),
+])
+def test_sms_errors_name_the_argument(rng, sms, exc, words):
+    qa, qb = _ok(rng)
+    with pytest.raises(exc, match=words):
+        fg.fp8_gemm(qa, qb, version=7, sms=sms)
+
+
+@pytest.mark.parametrize("version", [None, 3, 6])
+def test_sms_needs_the_persistent_version(rng, version):
+    qa, qb = _ok(rng)
+    with pytest.raises(ValueError, match=r"^sms \(a persistent grid of that many blocks\) needs version in \(7,\)"):
+        fg.fp8_gemm(qa, qb, version=version, sms=4)
+
+
+def test_sms_limit_is_the_device(monkeypatch):
+    assert fg.device_sms() == (fg.SIM_SMS if runtime.IS_SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    assert fg.check_sms(None, 7) == fg.device_sms() and fg.check_sms(1, 7) == 1
+    assert fg.check_sms(fg.device_sms(), 7) == fg.device_sms() and fg.check_sms(None, 6) is None
+    monkeypatch.setattr(fg, "device_sms", lambda: 20)
+    with pytest.raises(ValueError, match=r"1\.\.20 \(this device's SMs\), got 21"):
+        fg.check_sms(21, 7)
+    assert fg.tiles(129, 128) == 2 and fg.tiles(1, 1) == 1 and fg.tiles(300, 300) == 9
+
+
+def test_stream_only_for_versions_6_and_7(rng):
+    qa, qb = operands(rng, 5, 9, 140, "tile", "block")
+    with pytest.raises(ValueError, match="stream is implemented by versions 6 and 7, got version 5"):
+        fg.launch(cuda.to_device(qa.data), cuda.to_device(qa.scale), cuda.to_device(qb.data),
+                  cuda.to_device(qb.scale), cuda.device_array((5, 9), np.float32), 1, 2, version=5,
+                  stream=cuda.stream())
 
 
 @pytest.mark.parametrize("version", [4, 5])
@@ -261,7 +329,7 @@ def test_errors_name_the_argument(rng, mutate, exc, words):
     (dict(accum_bits=13, promote_every=48), ValueError, "promote_every"),
     (dict(accum_bits=13, promote_every=256), ValueError, "promote_every must divide 128"),
     (dict(promote_every=128), ValueError, "promote_every needs accum_bits"),
-    (dict(version=7), ValueError, "version"),
+    (dict(version=8), ValueError, "version"),
     (dict(version=3, accum_bits=13), ValueError, "version 3 accumulates in FP32 only"),
     (dict(out=np.zeros((4, 5), np.float32)), TypeError, "out must be a device array"),
     (dict(out="x"), TypeError, "out"),
@@ -378,11 +446,33 @@ def test_gpu_deepseek_like_shape_fp32_bound(rng):
     assert (err1 <= fg.error_bound(qa, qb)).all(), f"v1: max error {err1.max():.3g}"
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("sms", [None, 112, 7])  # every SM, DeepSeek-V3's 132 - 20, and a count dividing nothing
+def test_gpu_persistent_equals_version_6_bit_for_bit(rng, sms):
+    # the same tile code (one device function, the same float instructions in the PTX): the same bits as version 6,
+    # whichever block computes a tile; 34 x 56 tiles, K = 4096 (32 K-groups), edges partial in M and N
+    M, N, K = 4300, 7100, 4096
+    qa, qb = operands(rng, M, N, K, "tile", "block")
+    da = Q(cuda.to_device(qa.data), cuda.to_device(qa.scale), "tile")
+    db = Q(cuda.to_device(qb.data), cuda.to_device(qb.scale), "block")
+    y6 = poisoned((M, N), np.float32)
+    y7 = poisoned((M, N), np.float32)
+    fg.fp8_gemm(da, db, out=y6, version=6)
+    fg.fp8_gemm(da, db, out=y7, version=7, sms=sms)
+    got6, got7 = y6.copy_to_host(), y7.copy_to_host()
+    assert not np.isnan(got7).any()
+    bad = np.argwhere(got7 != got6)
+    assert not len(bad), f"{len(bad)} elements differ from version 6, first at {tuple(bad[0])}"
+    if sms is None:  # once against float64 (slow in NumPy at this size)
+        err = np.abs(got7.astype(np.float64) - fg.reference64(qa, qb))
+        assert (err <= fg.tensor_core_bound(qa, qb)).all(), f"max error {err.max():.3g}"
+
+
 @pytest.mark.parametrize("cc, best, refused", [
     ((9, 0), 6, ()),          # H100 / H200 / H800: wgmma
-    ((8, 9), 4, (5, 6)),      # Ada: FP8 mma.sync, no wgmma
-    ((10, 0), 4, (5, 6)),     # Blackwell: no wgmma (sm_90a only)
-    ((8, 0), 3, (4, 5, 6)),   # A100: no FP8 tensor-core instruction
+    ((8, 9), 4, (5, 6, 7)),      # Ada: FP8 mma.sync, no wgmma
+    ((10, 0), 4, (5, 6, 7)),     # Blackwell: no wgmma (sm_90a only)
+    ((8, 0), 3, (4, 5, 6, 7)),   # A100: no FP8 tensor-core instruction
 ], ids=str)
 def test_default_version_and_refusals_follow_the_device(monkeypatch, cc, best, refused):
     monkeypatch.setattr(runtime, "compute_capability", lambda: cc)

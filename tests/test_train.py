@@ -349,3 +349,50 @@ def test_pytorch_rung_follows_the_reference_engine():
              "reference", "--batch", "8", "--context", "2", "--embed", "16", "--hidden", "16", "--blocks", "1",
              "--no-plot")
     assert r.returncode == 0 and "PyTorch bf16" in r.stdout, r.stderr
+
+
+# the controlled outlier experiment: W1's input x d and W1 / d, d a power of two on a few channels
+def test_outliers_leave_fp32_and_bf16_bit_for_bit_and_move_fp8():
+    kw = dict(SMALL, steps=2, progress=False)
+    for recipe, engine in (("fp32", "reference"), ("bf16", "reference"), ("fp32", "kernels")):
+        a = fp8lab.train(recipe, engine=engine, **kw)
+        b = fp8lab.train(recipe, engine=engine, outliers=2.0**12, **kw)
+        assert a.loss == b.loss and a.eval_loss == b.eval_loss, (recipe, engine)
+        assert b.model["outliers"] == 2.0**12
+    a = fp8lab.train("fp8-tensor", engine="reference", **kw)
+    b = fp8lab.train("fp8-tensor", engine="reference", outliers=2.0**12, **kw)
+    assert a.loss != b.loss  # the per-tensor scales now see the large channels
+
+
+def test_outliers_kernels_follow_the_reference():  # the fused path (norm gain x d) and the scaled W1 and gradients
+    recipe = "fp8-deepseek"
+    kw = dict(SMALL, steps=2, progress=False, outliers=2.0**10)
+    k, ref = (fp8lab.train(recipe, engine=e, **kw) for e in T.ENGINES)
+    rel = np.abs(np.array(k.loss) - ref.loss) / np.array(ref.loss)
+    assert rel.max() < T.REFERENCE_RTOL[recipe], f"max relative difference {rel.max():.2e} at step {rel.argmax() + 1}"
+
+
+@pytest.mark.parametrize("value, exc", [(3.0, ValueError), (0.5, ValueError), (float("nan"), ValueError),
+                                        (2.0**21, ValueError), (True, TypeError), ("big", TypeError)])
+def test_outliers_must_be_a_power_of_two(value, exc):
+    with pytest.raises(exc, match="outliers must be a power of two"):
+        fp8lab.train("fp32", **{**SMALL, "steps": 1, "progress": False, "engine": "reference", "outliers": value})
+    with pytest.raises(ValueError, match="outliers: only for task='chars'"):
+        fp8lab.train("fp32", steps=1, progress=False, outliers=4.0)
+
+
+def test_step_breakdown_names_every_op(chars_runs, monkeypatch):
+    """The simulator times nothing (breakdown None); with its events standing in for a GPU's (each interval 1 ms),
+    every op class of a step is marked, and the intervals per step add up to the marks made."""
+    from fp8lab import lm_engine
+
+    assert chars_runs["fp8-deepseek", "kernels"].breakdown is None and chars_runs["fp32", "reference"].breakdown is None
+    monkeypatch.setattr(lm_engine.StepProfile, "timed", staticmethod(lambda: True))
+    monkeypatch.setattr(lm_engine.cuda, "event_elapsed_time", lambda a, b: 1.0, raising=False)
+    h = fp8lab.train("fp8-deepseek", steps=T.PROFILE_SKIP + 1, progress=False, **SMALL)
+    want = {"batch to device", "embedding", "RMSNorm", "quantize", "GEMM Fprop", "SwiGLU", "residual add",
+            "output head (float32)", "softmax cross-entropy", "RMSNorm backward", "SwiGLU backward", "GEMM Dgrad",
+            "GEMM Wgrad", "cast and transpose", "embedding backward", "loss to host", "AdamW", "EMA copy to host"}
+    assert set(h.breakdown) == want, set(h.breakdown) ^ want
+    assert list(h.breakdown.values()) == sorted(h.breakdown.values(), reverse=True)
+    assert h.breakdown["GEMM Fprop"] == 2 * SMALL["blocks"] and h.breakdown["AdamW"] == 1  # 1 ms per mark

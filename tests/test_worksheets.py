@@ -25,13 +25,14 @@ SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
 NAMES = sorted(p.name for p in SOLUTIONS.glob("*.ipynb"))
 CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_kernel", "tile_quantize_kernel",
-          "mma_a_fragment", "cvt_e4m3x2_intrinsic"}
+          "mma_a_fragment", "cvt_e4m3x2_intrinsic", "one_f_one_b", "table2_bubbles", "memory_per_device"}
 LECTURES = {  # the lecture each worksheet links to (and back to)
     "ws1_fp8_encode_decode.ipynb": "01_from_pytorch_to_kernels",
     "ws2_rmsnorm_kernel.ipynb": "01_from_pytorch_to_kernels",
     "ws3_tiled_gemm.ipynb": "01_from_pytorch_to_kernels",
     "ws4_tile_quantize_kernel.ipynb": "03_scaling_and_quantization",
     "ws5_inline_ptx.ipynb": "06_ptx_sass_and_tensor_cores",
+    "ws6_pipeline_schedules.ipynb": "08_overlap_and_communication",
 }
 
 
@@ -590,3 +591,177 @@ def test_ws5_wrong_fragment_and_placeholder():
 
     with pytest.raises(check.NotAttempted):
         check.mma_a_fragment(a_fragment)
+
+
+# --------------------------------------------------------------------------- ws6: pipeline schedules (no kernels)
+
+
+def _ws6_orders(stages, microbatches, warm):
+    """1F1B's shape with warm(s) warm-up forwards on stage s (clamped to 0..N)."""
+    out = []
+    for s in range(stages):
+        w = max(0, min(warm(s), microbatches))
+        order = [("F", m) for m in range(w)]
+        for i in range(microbatches - w):
+            order += [("F", w + i), ("B", i)]
+        out.append(order + [("B", m) for m in range(microbatches - w, microbatches)])
+    return out
+
+
+def ws6_one_f_one_b(stages, microbatches):
+    return _ws6_orders(stages, microbatches, lambda s: stages - 1 - s)
+
+
+def ws6_gpipe(stages, microbatches):
+    return [[("F", m) for m in range(microbatches)] + [("B", m) for m in range(microbatches)]
+            for _ in range(stages)]
+
+
+def ws6_one_warmup_too_many(stages, microbatches):
+    return _ws6_orders(stages, microbatches, lambda s: stages - s)
+
+
+def ws6_one_warmup_too_few(stages, microbatches):
+    return _ws6_orders(stages, microbatches, lambda s: stages - 2 - s)
+
+
+def ws6_warmups_reversed(stages, microbatches):
+    return _ws6_orders(stages, microbatches, lambda s: s)
+
+
+def ws6_backward_before_forward(stages, microbatches):
+    orders = ws6_one_f_one_b(stages, microbatches)
+    orders[-1][0], orders[-1][1] = orders[-1][1], orders[-1][0]  # the last stage: ("B", 0) before ("F", 0)
+    return orders
+
+
+def ws6_no_cooldown(stages, microbatches):
+    return [o[: len(o) - (stages - 1 - s)] for s, o in enumerate(ws6_one_f_one_b(stages, microbatches))]
+
+
+def ws6_split_backwards(stages, microbatches):
+    return [o + [("W", m) for m in range(microbatches)] for o in ws6_one_f_one_b(stages, microbatches)]
+
+
+def ws6_table2(PP, F, B, W, FB):
+    return (PP - 1) * (F + B), (PP / 2 - 1) * (FB + B - 3 * W)
+
+
+def ws6_memory(timeline):
+    out = []
+    for s, events in enumerate(timeline.events):
+        stages, held, peak = set(), 0, 0
+        for e in events:
+            stages |= {s if d == 0 else timeline.stages - 1 - s for d in (e.direction, e.b_direction) if d is not None}
+            if e.kind in ("F", "FB"):
+                held += 1
+                peak = max(peak, held)
+            if e.kind in ("W", "FB") or (e.kind == "B" and not e.split):
+                held -= 1
+        out.append((len(stages), peak))
+    return out
+
+
+def ws6_memory_freed_at_split_b(timeline):
+    out = []
+    for stages, _ in ws6_memory(timeline):
+        held = peak = 0
+        for e in timeline.events[len(out)]:
+            held += e.kind in ("F", "FB")
+            peak = max(peak, held)
+            held -= e.kind in ("B", "FB")  # forgets that W still needs them
+        out.append((stages, peak))
+    return out
+
+
+def ws6_memory_fb_frees_first(timeline):
+    out = []
+    for stages, _ in ws6_memory(timeline):
+        held = peak = 0
+        for e in timeline.events[len(out)]:
+            held -= e.kind == "FB" or e.kind == "W" or (e.kind == "B" and not e.split)
+            held += e.kind in ("F", "FB")  # an FB's backward freed before its forward counted
+            peak = max(peak, held)
+        out.append((stages, peak))
+    return out
+
+
+def ws6_memory_per_direction(timeline):
+    out = []
+    for stages, _ in ws6_memory(timeline):
+        held, peak = [0, 0], [0, 0]
+        for e in timeline.events[len(out)]:
+            if e.kind in ("F", "FB"):
+                held[e.direction] += 1
+                peak[e.direction] = max(peak[e.direction], held[e.direction])
+            if e.kind in ("W", "FB") or (e.kind == "B" and not e.split):
+                held[e.b_direction if e.kind == "FB" else e.direction] -= 1
+        out.append((stages, max(peak)))
+    return out
+
+
+def ws6_memory_one_stage_each(timeline):
+    return [(1, peak) for _, peak in ws6_memory(timeline)]
+
+
+def ws6_memory_from_summary(timeline):
+    return [(timeline.parameters, p) for p in timeline.peak_activations]
+
+
+def test_ws6_right_answers_pass(rng, capsys):
+    check.one_f_one_b(ws6_one_f_one_b, rng=rng)
+    check.table2_bubbles(ws6_table2, rng=rng)
+    check.memory_per_device(ws6_memory, rng=rng)
+    assert capsys.readouterr().out.count("passed:") == 3
+
+
+WS6_WRONG = [
+    (check.one_f_one_b, ws6_gpipe, "GPipe's order"),
+    (check.one_f_one_b, ws6_one_warmup_too_many, "too many warm-up forwards"),
+    (check.one_f_one_b, ws6_one_warmup_too_few, "too few warm-up forwards"),
+    (check.one_f_one_b, ws6_warmups_reversed, "warm-up counts are reversed"),
+    (check.one_f_one_b, ws6_backward_before_forward, "lists ('B', 0) before ('F', 0)"),
+    (check.one_f_one_b, ws6_no_cooldown, "exactly once"),
+    (check.one_f_one_b, ws6_split_backwards, "runs each backward whole"),
+    (check.one_f_one_b, lambda stages, microbatches: None, "expected a list of"),
+    (check.table2_bubbles, lambda PP, F, B, W, FB: ((PP - 1) * (F + B), (PP - 1) * (FB + B - 3 * W)),
+     "(PP/2-1), not (PP-1)"),
+    (check.table2_bubbles, lambda PP, F, B, W, FB: ((PP - 1) * (F + B), (PP / 2 - 1) * (FB + B)), "-3W is missing"),
+    (check.table2_bubbles, lambda PP, F, B, W, FB: ((PP - 1) * (F + B), (PP / 2 - 1) * (F + 2 * B - 3 * W)),
+     "not F + B"),
+    (check.table2_bubbles, lambda PP, F, B, W, FB: ((PP - 1) * (F + B - 2 * W), ws6_table2(PP, F, B, W, FB)[1]),
+     "ZB1P's bubble"),
+    (check.table2_bubbles, lambda PP, F, B, W, FB: ws6_table2(PP, F, B, W, FB)[::-1], "order is (1F1B, DualPipe)"),
+    (check.table2_bubbles, lambda PP, F, B, W, FB: PP * (F + B), "expected a pair of numbers"),
+    (check.memory_per_device, ws6_memory_freed_at_split_b, "freed at the end of the W"),
+    (check.memory_per_device, ws6_memory_fb_frees_first, "DualPipe's PP+1"),
+    (check.memory_per_device, ws6_memory_per_direction, "not a maximum over directions"),
+    (check.memory_per_device, ws6_memory_one_stage_each, "DualPipe's 2x parameters"),
+    (check.memory_per_device, ws6_memory_from_summary, "summary fields are hidden"),
+]
+
+
+@pytest.mark.parametrize("checker, answer, says", WS6_WRONG, ids=[f"ws6-{i}-{w[0].__name__}" for i, w in
+                                                                  enumerate(WS6_WRONG)])
+def test_ws6_wrong_answer_is_rejected(checker, answer, says, rng, capsys):
+    with pytest.raises(check.CheckFailed) as info:
+        checker(answer, rng=rng)
+    msg = str(info.value)
+    assert says in msg and "hint:" in msg, msg
+    assert "passed" not in capsys.readouterr().out
+
+
+def test_ws6_placeholders_are_not_attempted():
+    def one_f_one_b(stages, microbatches):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def table2_bubbles(PP, F, B, W, FB):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def memory_per_device(timeline):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    for checker, answer in ((check.one_f_one_b, one_f_one_b), (check.table2_bubbles, table2_bubbles),
+                            (check.memory_per_device, memory_per_device)):
+        with pytest.raises(check.NotAttempted, match="^not attempted yet"):
+            checker(answer)

@@ -8,6 +8,9 @@
     check.tile_quantize_kernel(kernel)             # ws4: (x, codes, scale), E4M3 with one scale per 1x128 tile
     check.mma_a_fragment(fn)                       # ws5: which A element each lane of an mma.sync holds
     check.cvt_e4m3x2_intrinsic(intrinsic, twin)    # ws5: an inline-PTX @intrinsic and its simulator twin
+    check.one_f_one_b(fn)                          # ws6: 1F1B's operation order per stage, timed and verified
+    check.table2_bubbles(fn)                       # ws6: DeepSeek-V3 Table 2's bubbles of 1F1B and DualPipe
+    check.memory_per_device(fn)                    # ws6: stages held and activation peak per device of a Timeline
 
 Every check draws fresh random inputs, adds the edge cases that catch the usual mistakes (ties, subnormals,
 NaN, overflow, shapes that are not multiples of the block or tile), fills kernel outputs with NaN before the
@@ -30,6 +33,7 @@ from .ws2 import RMSNORM_EPS, RMSNORM_THREADS, rmsnorm_forward_kernel
 from .ws3 import GEMM_TILE, tiled_gemm_kernel
 from .ws4 import AMAX_FLOOR, E4M3_MAX, QUANT_TILE, QUANT_WARPS, tile_quantize_kernel
 from .ws5 import cvt_e4m3x2_intrinsic, mma_a_fragment
+from .ws6 import memory_per_device, one_f_one_b, table2_bubbles
 
 __all__ = [
     "CheckFailed",
@@ -49,4 +53,7 @@ __all__ = [
     "tile_quantize_kernel",
     "mma_a_fragment",
     "cvt_e4m3x2_intrinsic",
+    "one_f_one_b",
+    "table2_bubbles",
+    "memory_per_device",
 ]

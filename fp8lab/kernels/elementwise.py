@@ -8,6 +8,8 @@ colsum: out[n] = sum_m a[m, n], one thread per column walking down the rows: nei
         neighbouring addresses (coalesced) and the sum order is fixed, so it is deterministic (no atomics).
 add: out = a + b elementwise (the residual connection x + f(x), and gradients meeting at a branch); out may be a
      or b itself.
+scale_cols: out[m, n] = a[m, n] * d[n] (the outlier channels of the capstone's controlled experiment: a power of
+        two d scales exactly); out may be a itself.
 round_bf16: out = x rounded to the nearest bfloat16 (ties to even), kept as float32: what the bf16 recipe does
         to a GEMM's inputs. Integer arithmetic on the float32 bits (kernels.common.round_bf16), bit for bit
         formats.round_bf16; a grid-stride loop over the flat index.
@@ -41,6 +43,15 @@ def add_kernel(a, b, out):
     i = cuda.grid(1)
     while i < out.size:
         out[i] = a[i] + b[i]
+        i += cuda.gridsize(1)
+
+
+@cuda.jit
+def scale_cols_kernel(a, d, out):
+    i = cuda.grid(1)
+    N = a.shape[1]
+    while i < a.size:  # n fastest: coalesced
+        out[i // N, i % N] = a[i // N, i % N] * d[i % N]
         i += cuda.gridsize(1)
 
 
@@ -107,6 +118,11 @@ def add(a, b, out) -> None:
                                                                                    out.reshape(n))
 
 
+def scale_cols(a, d, out) -> None:
+    """out = a * d[None, :] for float32 device arrays a, out (M, N) and d (N,) (out may be a)."""
+    scale_cols_kernel[runtime.grid_1d(a.size, runtime.block_threads(256), runtime.MAX_BLOCKS)](a, d, out)
+
+
 def colsum(a, out) -> None:
     colsum_kernel[runtime.grid_1d(a.shape[1], runtime.block_threads(128))](a, out)
 
@@ -159,6 +175,10 @@ def reference_add(a, b) -> np.ndarray:
     return (np.asarray(a, np.float32) + np.asarray(b, np.float32)).astype(np.float32)
 
 
+def reference_scale_cols(a, d) -> np.ndarray:
+    return (np.asarray(a, np.float32) * np.asarray(d, np.float32)).astype(np.float32)
+
+
 def reference_colsum(a) -> np.ndarray:
     return np.asarray(a, np.float64).sum(axis=0)
 
@@ -201,6 +221,11 @@ def checks(rng) -> list:
     add(da, cuda.to_device(c), r)
     bench.assert_close("add", r.copy_to_host(), reference_add(a, c), atol=0, rtol=0)
     out.append((f"add, {M}x{N}", "exact"))
+    d = rng.standard_normal(N, dtype=np.float32)
+    r = bench.poisoned((M, N), np.float32)
+    scale_cols(da, cuda.to_device(d), r)
+    bench.assert_close("scale_cols", r.copy_to_host(), reference_scale_cols(a, d), atol=0, rtol=0)
+    out.append((f"scale_cols, {M}x{N}", "exact"))
     s = bench.poisoned(N, np.float32)
     colsum(da, s)
     bench.assert_close("colsum", s.copy_to_host(), reference_colsum(a), atol=1e-4 * np.sqrt(M), rtol=1e-5)
@@ -223,6 +248,7 @@ def timings(rng, args) -> list:
     rows.append(bench.Row("bias_add", timing.time_ms(lambda: bias_add(y, db)), 2 * a.nbytes))
     rows.append(bench.Row("colsum", timing.time_ms(lambda: colsum(da, s)), a.nbytes))
     rows.append(bench.Row("add (out = a + a)", timing.time_ms(lambda: add(da, da, y)), 3 * a.nbytes))
+    rows.append(bench.Row("scale_cols", timing.time_ms(lambda: scale_cols(da, db, y)), 2 * a.nbytes))
     rows.append(bench.Row("round_bf16", timing.time_ms(lambda: round_bf16(da, t)), 2 * a.nbytes))
     return [bench.Table(f"elementwise {M}x{N} float32; bytes = read + written", "GB/s", rows,
                         ceiling=bench.copy_ceiling_gbs(a.nbytes))]

@@ -45,8 +45,12 @@ version 5: wgmma.mma_async m64n128k32 for 2 warpgroups (128 x 128 tiles), operan
            bits inside a K-group (measured: kernels/tc_accum.py).
 version 6: version 5 overlapped: two sets of partial sums alternate, K-group k + 1 is issued before K-group k is
            promoted (wgmma.wait_group 1), one barrier per K-group. Same arithmetic as version 5.
+version 7: version 6 persistent: a grid of `sms` blocks, one per SM, each looping over output tiles (block i takes
+           tiles i, i + sms, ...: DeepGEMM's num_sms), the same tile code (one device function for both), so the
+           GEMM can leave SMs to other work, as DeepSeek-V3 gives 20 of 132 SMs to communication (section 3.2.2).
+           Same arithmetic as version 6.
 
-Under the simulator versions 4-6 run their twins (fp8lab.ptx), which sum each K-group in FP32 in k order: they
+Under the simulator versions 4-7 run their twins (fp8lab.ptx), which sum each K-group in FP32 in k order: they
 are then bit-exact with `reference`. On a GPU they are checked against float64 within `tensor_core_bound`.
 
 accum_bits / promote_every (kernel options, compiled in, versions 1 and 2): emulate the limited-precision tensor-core
@@ -101,6 +105,7 @@ VERSIONS = {
     4: "tensor cores, mma.sync m16n8k32: 3-buffer cp.async ring, ldmatrix fragments, promotion every 128",
     5: "tensor cores, wgmma m64n128k32: 4-stage cp.async pipeline, swizzled tiles, descriptors, promotion every 128",
     6: "version 5 overlapped: group k+1's wgmma issued before group k is promoted, one barrier per K-group",
+    7: "version 6 persistent: `sms` blocks (one per SM) loop over the output tiles, the other SMs left free",
 }
 BEST = 6
 """The default without accum_bits: wgmma overlapped, the fastest (measured on the H200: BENCHMARKS.md). Inside each
@@ -108,7 +113,7 @@ K-group of 128 its sums are the tensor core's (13 mantissa bits, truncated), acr
 promotion.
 The limited-accumulator emulation (accum_bits) exists in versions 1 and 2; there the default is 2."""
 LIMITED_VERSIONS = (1, 2)
-TENSOR_CORE_VERSIONS = (4, 5, 6)
+TENSOR_CORE_VERSIONS = (4, 5, 6, 7)
 """Versions whose K-group partial sums come from the tensor cores: FP32 sums in k order under the simulator (the
 twins), the hardware's own accumulator on a GPU (see `tensor_core_bound`)."""
 # Version 3 runs the register-tiled SGEMM core (common.sgemm_fma_step, common.sgemm_store), so it has its
@@ -132,6 +137,10 @@ TILE5 = 128 * BK5
 STAGE5 = 2 * TILE5
 SMEM5 = STAGES5 * STAGE5 + 1024
 REGS5 = BN5 // 2  # float32 accumulators per thread of an m64n128 wgmma
+PERSISTENT_VERSIONS = (7,)  # versions that take `sms`
+SIM_SMS = 132
+"""The SMs the simulator pretends to have (an H100/H200/H800's 132, NVIDIA H100 datasheet), so that `sms` values
+written for those GPUs are accepted under the simulator too."""
 
 _F0 = np.float32(0.0)
 _U8 = runtime.numba_type("uint8")  # dynamic shared arrays take a numba type (the simulator reads its itemsize)
@@ -674,8 +683,9 @@ def make_kernel5(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
 
 
 
-def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
-    """Version 6 (wgmma, overlapped) for one pair of scale kinds and formats and one load path (compiled in)."""
+def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, persistent: bool = False):
+    """Version 6 (wgmma, overlapped) for one pair of scale kinds and formats and one load path (compiled in);
+    persistent=True gives version 7, the same tile code in a loop over tiles (`make_kernel7`)."""
     issue = make_wgmma_issue(fmt_a, fmt_b)
     wait_one, wait_all = ptx.wgmma_wait_group(1, REGS5), ptx.wgmma_wait_group(0, REGS5)
     first_copies = ptx.cp_async_wait_group(STAGES5 - 2)  # stage 0 of the S - 1 committed in the prologue
@@ -702,24 +712,19 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
         wait_one(cur)  # at most one group pending: group kt is complete
         _promote_wgmma(cur, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, kt)
 
-    @cuda.jit
-    def fp8_gemm_kernel6(a, sa, b, sb, c):
-        """Version 5's tiles and pipeline, rearranged so that the tensor cores never wait for the CUDA cores: two
-        sets of partial sums alternate (p0, p1), group kt + 1 is issued before group kt is promoted, and one
-        barrier per K-group does both jobs (copies visible, previous stage free)."""
-        smem = cuda.shared.array(0, _U8)
-        p0 = cuda.local.array(REGS5, np.float32)
-        p1 = cuda.local.array(REGS5, np.float32)
-        total = cuda.local.array(REGS5, np.float32)
+    @cuda.jit(device=True)
+    def gemm_tile(a, sa, b, sb, c, smem, base, pad, p0, p1, total, m0, n0):
+        """The 128 x 128 output tile at rows m0, columns n0: version 5's tiles and pipeline, rearranged so that the
+        tensor cores never wait for the CUDA cores: two sets of partial sums alternate (p0, p1), group kt + 1 is
+        issued before group kt is promoted, and one barrier per K-group does both jobs (copies visible, previous
+        stage free). On return this thread's wgmma are complete; the other warpgroup's may still read the last
+        stage."""
         M, K = a.shape
         N = b.shape[0]
         tid = cuda.threadIdx.x
         wg, t = tid // 128, tid % 128
         g, t4 = (t % 32) // 4, t % 4
-        row0 = cuda.blockIdx.y * BM5 + 64 * wg + 16 * (t // 32) + g
-        m0, n0 = cuda.blockIdx.y * BM5, cuda.blockIdx.x * BN5
-        base = ptx.shared_address(smem)
-        pad = (1024 - base % 1024) % 1024
+        row0 = m0 + 64 * wg + 16 * (t // 32) + g  # this thread's rows: row0, row0 + 8
         for o in range(REGS5):
             p0[o] = _F0
             p1[o] = _F0
@@ -749,7 +754,54 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
             _promote_wgmma(p0, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, kt)
         _store_wgmma(c, total, row0, n0, t4, M, N)
 
-    return fp8_gemm_kernel6
+    if not persistent:
+        @cuda.jit
+        def fp8_gemm_kernel6(a, sa, b, sb, c):
+            """Block 256 threads = 2 warpgroups, grid (ceil(N/128), ceil(M/128)): one output tile per block."""
+            smem = cuda.shared.array(0, _U8)
+            p0 = cuda.local.array(REGS5, np.float32)
+            p1 = cuda.local.array(REGS5, np.float32)
+            total = cuda.local.array(REGS5, np.float32)
+            base = ptx.shared_address(smem)
+            pad = (1024 - base % 1024) % 1024  # the 128-byte swizzle repeats every 1024 bytes: align the tiles to it
+            gemm_tile(a, sa, b, sb, c, smem, base, pad, p0, p1, total, cuda.blockIdx.y * BM5, cuda.blockIdx.x * BN5)
+
+        return fp8_gemm_kernel6
+
+    @cuda.jit
+    def fp8_gemm_kernel7(a, sa, b, sb, c):
+        """Persistent: a 1-D grid of `sms` blocks (one per SM: a block's registers and shared memory fill an SM),
+        block i computing output tiles i, i + gridDim.x, ... in row-major tile order (version 6's block order),
+        as DeepGEMM's num_sms does. The SMs left out are free for other work (communication kernels)."""
+        smem = cuda.shared.array(0, _U8)
+        p0 = cuda.local.array(REGS5, np.float32)
+        p1 = cuda.local.array(REGS5, np.float32)
+        total = cuda.local.array(REGS5, np.float32)
+        base = ptx.shared_address(smem)
+        pad = (1024 - base % 1024) % 1024
+        tiles_m = (a.shape[0] + BM5 - 1) // BM5
+        tiles_n = (b.shape[0] + BN5 - 1) // BN5
+        # tile i = tm * tiles_n + tn for i = blockIdx.x, + gridDim.x, ...: (tm, tn) carried forward, not divided
+        # (a 64-bit division is a subroutine call in SASS, and any call makes ptxas serialize every wgmma, C7509)
+        tm = 0
+        tn = cuda.blockIdx.x
+        while tn >= tiles_n:
+            tn -= tiles_n
+            tm += 1
+        while tm < tiles_m:
+            gemm_tile(a, sa, b, sb, c, smem, base, pad, p0, p1, total, tm * BM5, tn * BN5)
+            cuda.syncthreads()  # both warpgroups' wgmma are done with the stages before the next tile refills them
+            tn += cuda.gridDim.x
+            while tn >= tiles_n:
+                tn -= tiles_n
+                tm += 1
+
+    return fp8_gemm_kernel7
+
+
+def make_kernel7(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
+    """Version 7 (version 6 persistent) for one pair of scale kinds and formats and one load path (compiled in)."""
+    return make_kernel6(a_kind, b_kind, fmt_a, fmt_b, vec, persistent=True)
 
 
 def kernels(a_kind: int, b_kind: int, bits: int, promote: int) -> dict:
@@ -813,13 +865,44 @@ def best_version() -> int:
 
 def check_device(version: int) -> None:
     """ValueError naming the version when this GPU cannot run it (wgmma: sm_90 only; FP8 mma.sync: sm_89+)."""
-    if version in (5, 6):
+    if version in (5, 6, 7):
         ptx.require_wgmma(version)
     elif version == 4:
         ptx.require_mma_fp8(version)
 
 
-def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None):
+def device_sms() -> int:
+    """The SMs of the current GPU (its MULTIPROCESSOR_COUNT; 132 on an H100/H200/H800); SIM_SMS under the
+    simulator."""
+    if runtime.IS_SIM:
+        return SIM_SMS
+    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+
+
+def tiles(M: int, N: int) -> int:
+    """Output tiles of a persistent version's (M, N) output: ceil(M/128) * ceil(N/128)."""
+    return -(-M // BM5) * -(-N // BN5)
+
+
+def check_sms(sms, version: int) -> int | None:
+    """`sms` validated for `version`: an int in 1..device_sms() for a persistent version (None: all SMs); None
+    for the others, which take none."""
+    if version not in PERSISTENT_VERSIONS:
+        if sms is not None:
+            raise ValueError(f"sms (a persistent grid of that many blocks) needs version in {PERSISTENT_VERSIONS}, "
+                             f"got sms={sms!r} with version {version}")
+        return None
+    limit = device_sms()
+    if sms is None:
+        return limit
+    if isinstance(sms, (bool, np.bool_)) or not isinstance(sms, (int, np.integer)):
+        raise TypeError(f"sms must be None or an int in 1..{limit} (this device's SMs), got {V.describe(sms)}")
+    if not 1 <= sms <= limit:
+        raise ValueError(f"sms must be None or an int in 1..{limit} (this device's SMs), got {sms}")
+    return int(sms)
+
+
+def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None, sms=None):
     """y = dequant(qa) @ dequant(qb).T, float32 (M, N), scales applied per K-group of 128 inside the kernel.
 
     qa: (M, K) codes, granularity "tile" (scale (M, ceil(K/128))) or "tensor" (scale (1,)); qb: (N, K) codes,
@@ -829,9 +912,12 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
     accum_bits: None = FP32 accumulation; 1..23 = emulate a tensor-core accumulator with that many mantissa
     bits (13 = Hopper's FP22, see fp8lab.accum). promote_every: multiple of 32; None = 128 with tile/block
     scales, no promotion with per-tensor scales. out: optional float32 (M, N) device array.
-    version: 1..6 (None: `best_version()` without accum_bits (6 on an H100/H200/H800), 2 with; only 1 and 2 emulate
-    accum_bits). On a GPU versions 4 (mma.sync, sm_89+), 5 and 6 (wgmma, sm_90) run on the tensor cores; under
+    version: 1..7 (None: `best_version()` without accum_bits (6 on an H100/H200/H800), 2 with; only 1 and 2 emulate
+    accum_bits). On a GPU versions 4 (mma.sync, sm_89+), 5, 6 and 7 (wgmma, sm_90) run on the tensor cores; under
     the simulator their twins sum in FP32 in k order.
+    sms: version 7 only: the blocks of its persistent grid, one per SM, 1..device_sms() (None: every SM, at most
+    one per output tile); the other SMs stay free for concurrent work. sms above the tile count leaves blocks
+    idle.
     Returns a NumPy array for NumPy inputs, else the device array. A NaN scale (a group that held NaN/Inf,
     see fp8lab.quantize) or a NaN code makes the outputs that use it NaN; nothing is checked for finiteness.
     """
@@ -844,6 +930,9 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
     fine = qa.granularity != "tensor" or qb.granularity != "tensor"
     bits, promote = _check_options(accum_bits, promote_every, fine)
     version = V.version("version", version, VERSIONS, default=best_version() if bits < 0 else max(LIMITED_VERSIONS))
+    grid_sms = check_sms(sms, version)
+    if version in PERSISTENT_VERSIONS and sms is None:
+        grid_sms = min(grid_sms, tiles(M, N))
     check_device(version)
     if bits >= 0 and version not in LIMITED_VERSIONS:
         raise ValueError(f"version {version} accumulates in FP32 only; accum_bits={accum_bits} needs version in "
@@ -856,26 +945,30 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
             raise TypeError(f"out must be a device array, got {V.describe(out)}")
     runtime.sim_check("fl.fp8_gemm", (M, N, K), (version, bits >= 0))  # warns once if the simulator takes minutes
     launch(runtime.to_device(da), runtime.to_device(dsa), runtime.to_device(db), runtime.to_device(dsb), y,
-           _KIND[qa.granularity], _KIND[qb.granularity], fa, fb, bits, promote, version)
+           _KIND[qa.granularity], _KIND[qb.granularity], fa, fb, bits, promote, version, sms=grid_sms)
     on_device = V.is_device_array(qa.data)
     return y if (on_device or out is not None) else y.copy_to_host()
 
 
 def launch(a, sa, b, sb, out, a_kind, b_kind, fmt_a="e4m3", fmt_b="e4m3", bits=-1, promote=0, version=BEST,
-           tc_promote=True):
+           tc_promote=True, sms=None, stream=0):
     """Launch on device arrays (no checks): a_kind/b_kind 0 tensor, 1 tile, 2 block; bits -1 = FP32.
-    tc_promote=False (versions 4 and 5, per-tensor scales): no promotion, the hardware accumulator spans all of K."""
+    tc_promote=False (versions 4 and 5, per-tensor scales): no promotion, the hardware accumulator spans all of K.
+    sms: version 7's grid (None: one block per tile). stream: versions 6 and 7 only (0: the default stream)."""
     M, N = out.shape
     sa2 = sa.reshape(1, 1) if a_kind == 0 else sa  # per-tensor scales as (1, 1): one indexing scheme
     sb2 = sb.reshape(1, 1) if b_kind == 0 else sb
-    if version == 6:
+    if stream != 0 and version not in (6, 7):
+        raise ValueError(f"stream is implemented by versions 6 and 7, got version {version}")
+    if version in (6, 7):
         if not tc_promote:
-            raise ValueError("tc_promote=False is implemented by versions 4 and 5, got version 6")
+            raise ValueError(f"tc_promote=False is implemented by versions 4 and 5, got version {version}")
         vec = vec_ok(a, 16) & vec_ok(b, 16)
-        kernel = runtime.cached(("fp8_gemm.v6", a_kind, b_kind, fmt_a, fmt_b, vec),
-                                lambda: make_kernel6(a_kind, b_kind, fmt_a, fmt_b, vec))
-        grid = ((N + BN5 - 1) // BN5, (M + BM5 - 1) // BM5)
-        runtime.launch_with_shared(kernel, grid, THREADS5, SMEM5, a, sa2, b, sb2, out)
+        make = make_kernel6 if version == 6 else make_kernel7
+        kernel = runtime.cached((f"fp8_gemm.v{version}", a_kind, b_kind, fmt_a, fmt_b, vec),
+                                lambda: make(a_kind, b_kind, fmt_a, fmt_b, vec))
+        grid = ((N + BN5 - 1) // BN5, (M + BM5 - 1) // BM5) if version == 6 else (sms or tiles(M, N))
+        runtime.launch_with_shared(kernel, grid, THREADS5, SMEM5, a, sa2, b, sb2, out, stream=stream)
         return
     if version in TENSOR_CORE_VERSIONS:
         make, smem, threads = (make_kernel4, SMEM4, THREADS4) if version == 4 else (make_kernel5, SMEM5, THREADS5)
@@ -983,7 +1076,7 @@ def error_bound(qa, qb) -> np.ndarray:
 
 
 def tensor_core_bound(qa, qb) -> np.ndarray:
-    """|y - reference64| allowed for versions 4, 5 and 6 on a GPU: the FP32 bound plus 2^-9 * abs_product for the
+    """|y - reference64| allowed for versions 4-7 on a GPU: the FP32 bound plus 2^-9 * abs_product for the
     tensor core's own accumulator inside each K-group. wgmma keeps 13 mantissa bits and truncates (measured on
     the H200 with fp8lab.kernels.tc_accum; DeepSeek-V3 reports about 14 bits): each of the 4 instructions of a
     K-group loses less than 2^-12 of its largest term per term, and random signs average most of it out; a
@@ -1121,6 +1214,20 @@ def _torch_reference64(torch, qa, qb):
     return A @ B.T
 
 
+def torch_blockwise(torch, qa, qb):
+    """A callable running cuBLAS's blockwise FP8 GEMM (torch._scaled_mm, bfloat16 out) on device operands qa (1 x 128
+    tiles) and qb (128 x 128 blocks), or None when N or K is not a multiple of 128 (cuBLAS's blockwise layout:
+    scale_a column-major, scale_b transposed)."""
+    (M, K), N = qa.data.shape, qb.data.shape[0]
+    if K % GROUP_K or N % GROUP_K:
+        return None
+    ta = torch.as_tensor(qa.data, device="cuda").view(torch.float8_e4m3fn)
+    tb = torch.as_tensor(qb.data, device="cuda").view(torch.float8_e4m3fn)
+    sa = torch.as_tensor(qa.scale, device="cuda").t().contiguous().t()
+    sb = torch.as_tensor(qb.scale, device="cuda").t()
+    return lambda: torch._scaled_mm(ta, tb.t(), sa, sb, out_dtype=torch.bfloat16)
+
+
 def timings(rng, args) -> list:
     """Every version at 4096^3 (and the tensor-core versions at DeepSeek-V3's 4096 x 7168 x 16384 with --deepseek)
     against torch._scaled_mm (cuBLAS FP8, blockwise and per-tensor scales) and a DeepSeek-style Triton kernel when
@@ -1153,7 +1260,7 @@ def timings(rng, args) -> list:
             return bench.Row(label, ms, flops, {"normwise error": err(out_)})
 
         rows = []
-        for v in ([4, 5, 6] if big else VERSIONS):
+        for v in ([4, 5, 6, 7] if big else VERSIONS):
             def run(v=v):
                 return fp8_gemm(qa, qb, out=out, version=v)
             rows.append(row(f"v{v}: {VERSIONS[v]}", run, timing.time_ms(run, warmup=0 if big else 1,
@@ -1170,9 +1277,8 @@ def timings(rng, args) -> list:
                            for c in peer.CONFIGS)
                 rows.append(row(f"Triton, DeepSeek-V3 inference style (tile {best[1][0]}x{best[1][1]}, "
                                 f"{best[1][2]} stages)", lambda: peer.fp8_gemm(ta, sa, tb, sb, tc, best[1]), best[0]))
-            if K % GROUP_K == 0 and N % GROUP_K == 0:  # cuBLAS's blockwise layout: scale_a column-major, scale_b.T
-                def blockwise():
-                    return torch._scaled_mm(ta, tb.t(), sa.t().contiguous().t(), sb.t(), out_dtype=torch.bfloat16)
+            blockwise = torch_blockwise(torch, qa, qb)
+            if blockwise is not None:
                 ms = timing.torch_time_ms(torch, blockwise)
                 rows.append(row("torch._scaled_mm, blockwise 1x128 / 128x128, bfloat16 out (cuBLAS)", blockwise, ms))
                 ceiling = bench.rate(flops, ms, "TFLOP/s")

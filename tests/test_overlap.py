@@ -1,0 +1,326 @@
+"""fp8lab.overlap: the persistent copy kernel, copies and a GEMM on streams, the SM budget of fp8_gemm version 7.
+
+Under the simulator the experiments run at their tiny sizes: they poison every output, run each configuration once
+and verify what arrives (the GEMM bit for bit against fp8_gemm.reference, copies byte for byte); nothing is timed,
+so every time is None. The structure checks (event order, every op present) are tested on synthetic timings here
+and on measured ones in the `gpu` tests. Speed is never asserted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fp8lab import bench, hardware, runtime, timing
+from fp8lab import overlap as ov
+from fp8lab.kernels import fp8_gemm as fg
+from fp8lab.runtime import cuda
+
+T = ov.TimedOp
+
+
+@pytest.fixture(scope="module")
+def sim_runs():
+    """Both experiments once at the backend's default sizes (tiny under the simulator); fresh inputs."""
+    seed = int(np.random.SeedSequence().entropy)
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    return ov.streams(repeat=2, rng=rng), ov.sm_budget(measure=False, rng=rng)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the copy kernel
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n,blocks,repeats", [
+    (2 * (3 * ov.COPY_UNROLL * ov.COPY_THREADS + 37), 1, 1),  # one block: three unrolled trips, then a tail
+    (2 * (3 * ov.COPY_THREADS + 5), 3, 2),                     # no unrolled trip, a tail a grid stride long; twice
+    (6, 2, 3),                                                 # fewer 8-byte words than threads
+], ids=str)
+def test_copy_persistent_copies_every_element(rng, n, blocks, repeats):
+    x = rng.standard_normal(n, dtype=np.float32)
+    src = cuda.to_device(x)
+    dst = bench.poisoned(n, np.float32)
+    ov.copy_persistent(src, dst, blocks, repeats)
+    got = dst.copy_to_host()
+    assert not np.isnan(got).any()
+    assert np.array_equal(got.view(np.uint32), x.view(np.uint32)) and np.array_equal(src.copy_to_host(), x)
+
+
+def test_copy_persistent_on_a_stream(rng):
+    x = rng.standard_normal(64, dtype=np.float32)
+    src, dst, s = cuda.to_device(x), bench.poisoned(64, np.float32), cuda.stream()
+    ov.copy_persistent(src, dst, 1, stream=s)
+    s.synchronize()
+    assert np.array_equal(dst.copy_to_host(), x)
+
+
+def test_copy_blocks_own_their_sms():
+    # the reservation that keeps a copy block alone on its SM: no second copy block, no GEMM block beside it
+    smem, reserved = hardware.SM90["smem"], hardware.SM90["smem_reserved"]
+    assert 2 * (ov.COPY_SMEM + reserved) > smem and ov.COPY_SMEM + fg.SMEM5 + 2 * reserved > smem
+    assert ov.COPY_SMEM <= smem - reserved - 1024  # at most 227 KiB per block on sm_90
+
+
+def _bad_copy(change):
+    args = dict(src=cuda.to_device(np.ones(8, np.float32)), dst=cuda.device_array(8, np.float32), blocks=1,
+                repeats=1)
+    args.update(change)
+    return args
+
+
+@pytest.mark.parametrize("change,exc,words", [
+    (dict(blocks=0), ValueError, r"^blocks must be an int in 1\.\.\d+ \(this device's SMs\), got 0$"),
+    (dict(blocks=10**6), ValueError, r"^blocks must be an int in 1\.\.\d+"),
+    (dict(blocks=2.0), TypeError, r"^blocks must be an int in 1\.\.\d+ \(this device's SMs\), got float"),
+    (dict(blocks=True), TypeError, r"^blocks must be an int"),
+    (dict(repeats=0), ValueError, r"^repeats must be a positive int, got 0"),
+    (dict(repeats=1.5), TypeError, r"^repeats must be a positive int"),
+    (dict(src=np.ones(8, np.float32)), TypeError, r"^src must be a device array"),
+    (dict(dst=cuda.device_array(8, np.float64)), TypeError, r"^dst must have dtype float32"),
+    (dict(src=cuda.device_array((2, 4), np.float32)), ValueError, r"^src must be 1-D"),
+    (dict(dst=cuda.device_array(12, np.float32)), ValueError, r"^src and dst must have the same shape"),
+    (dict(src=cuda.device_array(7, np.float32), dst=cuda.device_array(7, np.float32)), ValueError,
+     r"^src\.size must be even \(the kernel moves 8-byte words\), got 7"),
+], ids=lambda x: x if isinstance(x, str) else None)
+def test_copy_persistent_errors_name_the_argument(change, exc, words):
+    with pytest.raises(exc, match=words):
+        ov.copy_persistent(**_bad_copy(change))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# experiment 1: streams
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_streams_runs_every_op_in_both_modes(sim_runs):
+    r = sim_runs[0]
+    assert isinstance(r, ov.StreamsResult) and r.gemm == ov.SIZES[runtime.backend]["streams"]["gemm"]
+    for mode, streams in (("serialized", [0, 0, 0]), ("overlapped", [0, 1, 2])):
+        ops = r.runs[mode]
+        assert [op.name for op in ops] == ["H2D", "GEMM", "D2H"] and [op.stream for op in ops] == streams
+        assert [op.unit for op in ops] == ["GB/s", "TFLOP/s", "GB/s"]
+        assert ops[0].work == r.h2d_bytes and ops[2].work == r.d2h_bytes and ops[1].work == 2.0 * np.prod(r.gemm)
+    r.check()
+    measured = not runtime.IS_SIM
+    assert all((op.start_ms is not None) == measured for ops in r.runs.values() for op in ops)
+    assert (r.gain is not None) == measured and (r.total_ms("overlapped") is not None) == measured
+    (table,) = r.tables()
+    head, body = table.columns(None)
+    assert head == ["run", "op", "engine", "stream", "start - end", "rate"] and len(body) == 6 + 3
+    if runtime.IS_SIM:  # every time cell says so, no number pretends
+        assert [row[4] for row in body] == ["not measured"] * 9 and body[-1][:2] == ["gain", "serialized / overlapped"]
+
+
+def test_streams_catches_a_gemm_that_writes_nothing(rng, monkeypatch):
+    # poisoned outputs: a GEMM that never ran must fail the experiment, not give a table
+    monkeypatch.setattr(ov, "_launch7", lambda *args, **kwargs: None)
+    with pytest.raises(AssertionError, match="NaN in the GEMM output"):
+        ov.streams((5, 9, 100), 64, 64, repeat=1, rng=rng)
+
+
+def _streams_result(serialized, overlapped=None):
+    names = [("H2D", "copy engine (H2D)", "GB/s"), ("GEMM", "SMs", "TFLOP/s"), ("D2H", "copy engine (D2H)", "GB/s")]
+    overlapped = overlapped or [(0, 0.0, 1.3), (1, 0.01, 1.4), (2, 0.02, 1.3)]
+    runs = {mode: [T(n, e, k, 1e9, u, t0, t1) for (n, e, u), (k, t0, t1) in zip(names, times)]
+            for mode, times in (("serialized", serialized), ("overlapped", overlapped))}
+    return ov.StreamsResult((4096, 7168, 16384), 64 << 20, 64 << 20, runs)
+
+
+GOOD = [(0, 0.0, 1.25), (0, 1.26, 2.6), (0, 2.61, 3.8)]
+
+
+def test_streams_result_totals_and_gain():
+    r = _streams_result(GOOD)
+    r.check()
+    assert r.total_ms("serialized") == 3.8 and r.total_ms("overlapped") == 1.4
+    assert r.gain == pytest.approx(3.8 / 1.4)
+    body = r.tables()[0].columns("NVIDIA H200")[1]
+    assert body[-1][4] == "2.71x" and body[1][4] == "1.260 - 2.600 ms" and body[1][5] == "0.7 TFLOP/s"
+
+
+@pytest.mark.parametrize("serialized,overlapped,words", [
+    ([(0, 0.0, 1.25), (0, 1.0, 2.6), (0, 2.61, 3.8)], None, "serialized GEMM starts at 1.0000 ms, before H2D"),
+    ([(0, 0.0, 1.25), (0, 2.7, 2.6), (0, 2.61, 3.8)], None, "serialized GEMM: start 2.7 / end 2.6 out of order"),
+    (GOOD, [(0, -0.5, 1.3), (1, 0.01, 1.4), (2, 0.02, 1.3)], "overlapped H2D: start -0.5"),
+    (GOOD, [(0, 0.0, 1.3), (1, 0.01, 1.4), (1, 0.02, 1.3)], "overlapped ops must each have their own stream"),
+    ([(0, 0.0, 1.25), (1, 1.26, 2.6), (0, 2.61, 3.8)], None, "serialized ops must share one stream"),
+    (GOOD, [(0, 0.0, 1.3), (1, None, None), (2, 0.02, 1.3)], "some ops were timed and some were not"),
+], ids=str)
+def test_streams_result_check_catches_inconsistent_timings(serialized, overlapped, words):
+    with pytest.raises(AssertionError, match=words):
+        _streams_result(serialized, overlapped).check()
+
+
+def test_streams_result_check_needs_every_op():
+    r = _streams_result(GOOD)
+    del r.runs["overlapped"][2]
+    with pytest.raises(AssertionError, match="the same ops"):
+        r.check()
+
+
+@pytest.mark.parametrize("kwargs,exc,words", [
+    (dict(gemm=(0, 9, 100)), ValueError, r"^gemm\[0\] must be a positive int, got 0"),
+    (dict(gemm=(5, 9)), TypeError, r"^gemm must be a tuple \(M, N, K\)"),
+    (dict(h2d_bytes=100), ValueError, r"^h2d_bytes must be a multiple of 8"),
+    (dict(d2h_bytes=-16), ValueError, r"^d2h_bytes must be a positive int"),
+    (dict(repeat=0), ValueError, r"^repeat must be a positive int"),
+])
+def test_streams_errors_name_the_argument(kwargs, exc, words):
+    with pytest.raises(exc, match=words):
+        ov.streams(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# experiment 2: the SM budget
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_default_splits():
+    assert ov.default_splits(132) == (132, 112, 100, 80, 64, 48, 32)
+    assert ov.default_splits(114) == (114, 100, 94, 80, 64, 48, 32)
+    assert ov.default_splits(20) == (20,) and ov.default_splits(2) == (2,)
+
+
+def test_sm_budget_runs_every_split(sim_runs):
+    b = sim_runs[1]
+    size = ov.SIZES[runtime.backend]["sm_budget"]
+    total = size["total_sms"] or fg.device_sms()
+    assert b.total_sms == total and b.gemm == size["gemm"]
+    assert [s.sms for s in b.splits] == list(size["splits"] or ov.default_splits(total))
+    assert all(s.copy_sms == total - s.sms for s in b.splits)
+    assert all(s.gemm_alone_ms is None and s.copy_beside_ms is None for s in b.splits)  # measure=False
+    tables = b.tables()
+    assert [t.unit for t in tables] == ["TFLOP/s", "GB/s", None]
+    body = tables[0].columns(None)[1]
+    assert len(body) == sum(1 + (s.copy_sms > 0) for s in b.splits)  # no v6 row: it is timed only when measuring
+    assert {r[1] for r in body} == {timing.fmt_ms(None)} and {r[2] for r in body} == {"-"}
+    if runtime.IS_SIM:
+        assert [r[0] for r in body] == ["v7 on 2 SMs, alone", "v7 on 1 SM, alone", "v7 on 1 SM, beside the copy on 1"]
+    summary = tables[2].columns(None)[1]
+    assert summary[0][:2] == [f"{total} + 0", "not measured"] and summary[0][4:] == ["-", "-"]
+    assert b.cost() is None
+
+
+def test_sm_budget_catches_a_copy_that_moves_nothing(rng, monkeypatch):
+    monkeypatch.setattr(ov, "copy_persistent", lambda *args, **kwargs: None)
+    with pytest.raises(AssertionError, match="the copy on 1 SM.* did not deliver its buffer"):
+        ov.sm_budget((5, 9, 100), 64, total_sms=2, splits=(1,), measure=False, rng=rng)
+
+
+def _budget():
+    S = ov.Split
+    return ov.SmBudgetResult((4096, 7168, 16384), 132, 256 << 20, [
+        S(132, 0, 1.34), S(112, 20, 1.55, 1.6, 1.0, 0.5, 0.55, 0.9), S(80, 52, 2.1, 2.2, 1.0, 0.2, 0.24, 1.0)],
+        v6_ms=1.35, cublas_tflops=1100.0, copy_ceiling_gbs=4300.0)
+
+
+def test_sm_budget_cost_and_tables_from_measurements():
+    b = _budget()
+    assert b.cost() == pytest.approx(1 - 1.34 / 1.55) and b.cost(beside=True) == pytest.approx(1 - 1.34 / 1.6)
+    assert b.cost(given=52) == pytest.approx(1 - 1.34 / 2.1) and b.cost(given=7) is None
+    gemm, copy, summary = b.tables()
+    assert "giving 20 SMs away costs the GEMM 13.5% alone, 16.2% beside the copy" in gemm.title
+    head, body = gemm.columns("NVIDIA H200")
+    assert head[-2:] == ["of v7 on all SMs", "copy running during"]
+    assert body[0][0].startswith("v6") and body[3][0] == "v7 on 112 SMs, beside the copy on 20"
+    assert body[3][-2:] == ["83.8%", "100%"] and body[1][-2] == "100.0%"
+    head, body = copy.columns("NVIDIA H200")
+    assert body[1][0] == "copy on 20 SMs, beside v7 on 112" and body[1][2] == "976" and body[1][-1] == "90%"
+    assert summary.columns(None)[1][1] == ["112 + 20", "620.7", "601.3", "86.5%", "1,074", "976"]
+
+
+@pytest.mark.parametrize("kwargs,exc,words", [
+    (dict(total_sms=0), ValueError, r"^total_sms must be None or an int in 1\.\.\d+"),
+    (dict(total_sms=10**6), ValueError, r"^total_sms must be None or an int in 1\.\.\d+"),
+    (dict(total_sms=2.0), TypeError, r"^total_sms must be None or an int"),
+    (dict(total_sms=2, splits=(2, 3)), ValueError, r"^splits\[1\] must be an int in 1\.\.2 \(SMs for the GEMM\), "
+                                                   r"got 3"),
+    (dict(total_sms=2, splits=(0,)), ValueError, r"^splits\[0\] must be an int in 1\.\.2"),
+    (dict(total_sms=2, splits=()), TypeError, r"^splits must be a non-empty tuple"),
+    (dict(total_sms=2, splits=("1",)), TypeError, r"^splits\[0\] must be an int"),
+    (dict(copy_bytes=20), ValueError, r"^copy_bytes must be a multiple of 8"),
+    (dict(gemm=(5, 9, 0)), ValueError, r"^gemm\[2\] must be a positive int"),
+    (dict(measure="no"), TypeError, r"^measure must be a bool"),
+    (dict(repeat=-1), ValueError, r"^repeat must be a positive int"),
+])
+def test_sm_budget_errors_name_the_argument(kwargs, exc, words):
+    with pytest.raises(exc, match=words):
+        ov.sm_budget(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# figures and the command
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_figures_measured_and_not(sim_runs, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for fn, result, name in ((ov.plot_timeline, _streams_result(GOOD), "t.png"),
+                             (ov.plot_sm_budget, _budget(), "b.png"),
+                             (ov.plot_timeline, sim_runs[0], "t_sim.png"),
+                             (ov.plot_sm_budget, sim_runs[1], "b_sim.png")):
+        fig = fn(result, path=tmp_path / name)
+        assert (tmp_path / name).stat().st_size > 1000
+        texts = [t.get_text() for ax in fig.axes for t in ax.texts] + [ax.get_title() for ax in fig.axes]
+        if "sim" in name and runtime.IS_SIM:
+            assert any("not measured" in t for t in texts)
+        elif "sim" not in name:
+            assert not any("not measured" in t for t in texts)
+        plt.close(fig)
+    fig = ov.plot_timeline(_streams_result(GOOD))
+    assert "2.71x" in fig.axes[0].get_title() and len(fig.axes[0].get_yticklabels()) == 6
+    plt.close(fig)
+
+
+def test_command_runs_the_checks(sim_runs, monkeypatch, capsys):
+    """`python -m fp8lab.overlap` and `fp8lab bench overlap` run the same checks (the experiments themselves are
+    the fixture's runs here: they take seconds under the simulator)."""
+    from fp8lab import cli
+
+    monkeypatch.setattr(ov, "streams", lambda **kwargs: sim_runs[0])
+    monkeypatch.setattr(ov, "sm_budget", lambda **kwargs: sim_runs[1])
+    assert ov.main(["--check-only"]) == 0
+    out = capsys.readouterr().out
+    assert "overlap: checks against the reference" in out and "copy_persistent" in out and "sm_budget: GEMM v7" in out
+    assert cli.main(["bench", "overlap", "--check-only"]) == 0
+    assert "streams: H2D" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU: realistic sizes (structure and correctness only; the experiments verify their outputs themselves)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_copy_persistent_256_mib_on_20_sms(rng):
+    n = 64 << 20
+    x = rng.standard_normal(n, dtype=np.float32)
+    src, dst = cuda.to_device(x), bench.poisoned(n, np.float32)
+    ov.copy_persistent(src, dst, ov.GIVEN_SMS, 3)
+    assert np.array_equal(dst.copy_to_host(), x)
+
+
+@pytest.mark.gpu
+def test_gpu_streams_realistic_sizes_are_timed_in_order(rng):
+    r = ov.streams(repeat=2, rng=rng)  # 4096 x 7168 x 16384 and 64 MiB each way
+    r.check()
+    assert all(op.start_ms is not None and op.ms >= 0 for ops in r.runs.values() for op in ops)
+    assert r.gain is not None and r.gain > 0
+
+
+@pytest.mark.gpu
+def test_gpu_sm_budget_realistic_sizes_are_timed(rng):
+    total = fg.device_sms()
+    b = ov.sm_budget(splits=(total, total - ov.GIVEN_SMS), repeat=2, rng=rng)
+    full, part = b.splits
+    assert full.copy_sms == 0 and part.copy_sms == ov.GIVEN_SMS
+    assert full.gemm_alone_ms > 0 and part.gemm_alone_ms > 0 and part.gemm_beside_ms > 0
+    assert part.copy_alone_ms > 0 and part.copy_beside_ms > 0
+    assert 0 <= part.gemm_covered <= 1 and 0 <= part.copy_covered <= 1
+    assert b.cost() is not None and b.v6_ms > 0 and b.copy_ceiling_gbs > 0
