@@ -6,8 +6,8 @@
 
 A Bengio-style (2003) fixed-context model rather than a Transformer: every GEMM is a Linear layer as in
 DeepSeek-V3's MLPs, and the context lives in the concatenated embeddings, so no attention kernel is needed while
-the model still has to use the preceding characters (a single character predicts the next one at about 3.3
-bits; a context of 16 gets well below).
+the model still has to use the preceding characters (a single character predicts the next one at about 3.5 bits, the
+bigram model of this corpus; a context of 16 gets well below).
 
 Recipes (which precision each GEMM of a Linear runs in: Fprop y = x W^T, Dgrad dx = dy W, Wgrad dW = dy^T x):
   fp32          float32 everywhere.
@@ -21,10 +21,11 @@ keeps embedding, output head, normalization and attention in BF16/FP32), master 
 and an EMA of the weights is kept on the CPU.
 
 Outlier channels (Config.outliers = s, a power of two): W1's GEMMs run on z * d and W1 / d, where d is s on
-OUTLIER_CHANNELS fixed channels and 1 elsewhere. The product is the same in exact arithmetic, and bit for bit in
-fp32 and bf16 (scaling by a power of two is exact), so only the FP8 scales see the change: the few large channels
-with small weights that LLMs grow (LLM.int8(), arXiv 2208.07339; "massive activations", arXiv 2402.17762, about
-10^3-10^4 times the median activation).
+OUTLIER_CHANNELS fixed channels (inside one 1 x 128 tile of W1's input) and 1 elsewhere. The product is the same in
+exact arithmetic, and bit for bit in fp32 and bf16 (scaling by a power of two is exact), so only the FP8 scales see
+the change. Large activation channels are what LLMs grow (LLM.int8(), arXiv 2208.07339: outliers concentrated in 6
+feature dimensions at 6.7B parameters; "massive activations", arXiv 2402.17762, up to 10^4-10^5 times the median,
+on a few tokens); here the weights that read them are made small so that the layer computes the same function.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ RECIPES = ("fp32", "bf16", "fp8-tensor", "fp8-deepseek")
 DECAYED = ("w1_", "w2_", "head")  # AdamW's weight decay: the Linear weights, not the embedding or the norm gains
 EPS = spec.RMSNORM_EPS
 F32 = np.float32
-# LLM.int8() finds about 6 systematic outlier dimensions of 4096 (6.7B parameters); 2 of 512 is denser, and leaves
-# most 1 x 128 tiles of W1's input free of them
+# LLM.int8() finds about 6 systematic outlier dimensions of 4096 (6.7B parameters); 2 of 512 is denser. They sit in
+# one 1 x 128 tile of W1's input, so every other tile of a row is free of them
 OUTLIER_CHANNELS = 2
 OUTLIER_SEED = 2208
 MAX_OUTLIER_LOG2 = 20
@@ -77,13 +78,15 @@ class Config:
 
 
 def outlier_scales(cfg: Config) -> np.ndarray | None:
-    """float32 (D,): cfg.outliers on OUTLIER_CHANNELS channels drawn once (the same in every block and every run),
-    1 elsewhere; None when cfg.outliers is 1."""
+    """float32 (D,): cfg.outliers on OUTLIER_CHANNELS channels of one 1 x 128 tile, drawn once (the same in every
+    block and every run), 1 elsewhere; None when cfg.outliers is 1."""
     if cfg.outliers == 1:
         return None
     d = np.ones(cfg.width, F32)
-    d[np.random.default_rng(OUTLIER_SEED).choice(cfg.width, min(OUTLIER_CHANNELS, cfg.width), replace=False)] = \
-        cfg.outliers
+    rng = np.random.default_rng(OUTLIER_SEED)
+    lo = spec.GROUP_K * int(rng.integers(-(-cfg.width // spec.GROUP_K)))  # one tile of the row, drawn once
+    hi = min(cfg.width, lo + spec.GROUP_K)
+    d[lo + rng.choice(hi - lo, min(OUTLIER_CHANNELS, hi - lo), replace=False)] = cfg.outliers
     return d
 
 

@@ -70,7 +70,12 @@ def _root() -> Path:
 
 
 def _names(exercises: Path) -> list[str]:
-    return sorted(p.name for p in exercises.glob("ws*.ipynb"))
+    """Exercise file names in worksheet order (ws2 before ws10)."""
+    def order(name: str):
+        num = name[2:].split("_")[0]
+        return (int(num) if num.isdigit() else 1 << 30, name)
+
+    return sorted((p.name for p in exercises.glob("ws*.ipynb")), key=order)
 
 
 def resolve(name, exercises=None) -> Path:

@@ -25,8 +25,9 @@ LAYERS = {
     2: ("ptx", "ptx.intrinsics", "ptx.compile"),
     3: ("timing", "bench", "_triton_peer", "kernels", "kernels.common"),
     4: tuple(f"kernels.{m}" for m in MODULES),
-    5: ("quant", "overhead", "overlap", "lm_engine", "lm_torch", "training", "check", "check._core", "check.ws1", "check.ws2",
-        "check.ws3", "check.ws4", "check.ws5", "check.ws6", "worksheets", "cli", "__init__"),
+    5: ("quant", "overhead", "overlap", "lm_engine", "lm_torch", "training", "check", "check._core", "check.ws1",
+        "check.ws2", "check.ws3", "check.ws4", "check.ws5", "check.ws6", "check.ws7", "check.ws8", "check.ws9",
+        "check.ws10", "worksheets", "cli", "__init__"),
 }
 LAYER = {name: layer for layer, names in LAYERS.items() for name in names}
 

@@ -25,7 +25,10 @@ SOLUTIONS = ROOT / "solutions"
 EXERCISES = ROOT / "exercises"
 NAMES = sorted(p.name for p in SOLUTIONS.glob("*.ipynb"))
 CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_kernel", "tile_quantize_kernel",
-          "mma_a_fragment", "cvt_e4m3x2_intrinsic", "one_f_one_b", "table2_bubbles", "memory_per_device"}
+          "mma_a_fragment", "cvt_e4m3x2_intrinsic", "one_f_one_b", "table2_bubbles", "memory_per_device",
+          "scale_from_history", "delayed_quantize_steps", "clipped_at_spike", "requantize_tile_to_col", "fp8_wgrad",
+          "wgrad_errors", "memory_per_parameter", "which_precision", "per_tensor_breaks_at",
+          "accumulate_limited", "promoted_dot", "promotion_errors"}
 LECTURES = {  # the lecture each worksheet links to (and back to)
     "ws1_fp8_encode_decode.ipynb": "01_from_pytorch_to_kernels",
     "ws2_rmsnorm_kernel.ipynb": "01_from_pytorch_to_kernels",
@@ -33,6 +36,10 @@ LECTURES = {  # the lecture each worksheet links to (and back to)
     "ws4_tile_quantize_kernel.ipynb": "03_scaling_and_quantization",
     "ws5_inline_ptx.ipynb": "06_ptx_sass_and_tensor_cores",
     "ws6_pipeline_schedules.ipynb": "08_overlap_and_communication",
+    "ws7_limited_accumulation.ipynb": "05_fp8_gemm_and_accumulation",
+    "ws8_delayed_scaling.ipynb": "03_scaling_and_quantization",
+    "ws9_fp8_linear_backward.ipynb": "07_training_the_deepseek_way",
+    "ws10_training_recipe.ipynb": "07_training_the_deepseek_way",
 }
 
 
@@ -765,3 +772,660 @@ def test_ws6_placeholders_are_not_attempted():
                             (check.memory_per_device, memory_per_device)):
         with pytest.raises(check.NotAttempted, match="^not attempted yet"):
             checker(answer)
+
+
+# ------------------------------------------------------------------ ws10: the training recipe (no kernels, NumPy)
+
+
+def ws10_memory(recipe):
+    moment = 2 if recipe == "fp8-deepseek" else 4
+    return 4 + 4 + 2 * moment
+
+
+WS10_PRECISION = {"embedding": "fp32", "RMSNorm": "fp32", "SwiGLU": "fp32", "output head": "fp32", "softmax": "fp32",
+                  "weight gradients": "fp32", "master weights": "fp32", "AdamW moments": "bf16"}
+
+
+def ws10_precision(op):
+    return WS10_PRECISION.get(op, "fp8")  # the six GEMMs of W1 and W2
+
+
+def ws10_breaks(errors_by_log2):
+    t0, d0 = errors_by_log2[0]["fp8-tensor"], errors_by_log2[0]["fp8-deepseek"]
+    for e in sorted(errors_by_log2):
+        v = errors_by_log2[e]
+        if v["fp8-tensor"] > 2 * t0 and v["fp8-deepseek"] <= 1.5 * d0:
+            return e
+    return None
+
+
+def ws10_breaks_ignoring_deepseek(errors_by_log2):
+    t0 = errors_by_log2[0]["fp8-tensor"]
+    return next((e for e in sorted(errors_by_log2) if errors_by_log2[e]["fp8-tensor"] > 2 * t0), None)
+
+
+def ws10_breaks_at_or_above(errors_by_log2):
+    t0, d0 = errors_by_log2[0]["fp8-tensor"], errors_by_log2[0]["fp8-deepseek"]
+    return next((e for e in sorted(errors_by_log2) if errors_by_log2[e]["fp8-tensor"] >= 2 * t0
+                 and errors_by_log2[e]["fp8-deepseek"] <= 1.5 * d0), None)
+
+
+def ws10_breaks_unsorted(errors_by_log2):
+    t0, d0 = errors_by_log2[0]["fp8-tensor"], errors_by_log2[0]["fp8-deepseek"]
+    return next((e for e, v in errors_by_log2.items() if v["fp8-tensor"] > 2 * t0
+                 and v["fp8-deepseek"] <= 1.5 * d0), None)
+
+
+def ws10_breaks_stop_at_first(errors_by_log2):
+    t0, d0 = errors_by_log2[0]["fp8-tensor"], errors_by_log2[0]["fp8-deepseek"]
+    for e in sorted(errors_by_log2):
+        if errors_by_log2[e]["fp8-tensor"] > 2 * t0:
+            return e if errors_by_log2[e]["fp8-deepseek"] <= 1.5 * d0 else None
+    return None
+
+
+def ws10_breaks_vs_previous(errors_by_log2):
+    keys = sorted(errors_by_log2)
+    for a, b in zip(keys, keys[1:]):
+        pa, pb = errors_by_log2[a], errors_by_log2[b]
+        if pb["fp8-tensor"] > 2 * pa["fp8-tensor"] and pb["fp8-deepseek"] <= 1.5 * pa["fp8-deepseek"]:
+            return b
+    return None
+
+
+def ws10_breaks_returns_s(errors_by_log2):
+    e = ws10_breaks(errors_by_log2)
+    return None if e is None else 2**e
+
+
+def test_ws10_right_answers_pass(rng, capsys):
+    check.memory_per_parameter(ws10_memory, rng=rng)
+    check.which_precision(ws10_precision, rng=rng)
+    check.per_tensor_breaks_at(ws10_breaks, rng=rng)
+    assert capsys.readouterr().out.count("passed:") == 3
+
+
+def test_ws10_precisions_are_measured_per_recipe(rng):
+    """The check's reference is measured on fp8lab.lm, not a table: each recipe gives its own answers."""
+    from fp8lab.check import ws10
+
+    gemms = [op for op in ws10.OPS if op.split()[-1] in ("Fprop", "Dgrad", "Wgrad")]
+    assert len(gemms) == 6
+    for recipe, gemm, moments in (("fp8-deepseek", "fp8", "bf16"), ("fp8-tensor", "fp8", "fp32"),
+                                  ("bf16", "bf16", "fp32"), ("fp32", "fp32", "fp32")):
+        got = ws10.precisions(rng, recipe)
+        assert {got[op] for op in gemms} == {gemm}, (recipe, got)
+        assert got["AdamW moments"] == moments, (recipe, got)
+        assert {v for op, v in got.items() if op not in gemms and op != "AdamW moments"} == {"fp32"}, (recipe, got)
+    assert {r: sum(ws10.state_bytes(r).values()) for r in ("fp32", "bf16", "fp8-tensor", "fp8-deepseek")} == \
+        {"fp32": 16, "bf16": 16, "fp8-tensor": 16, "fp8-deepseek": 12}
+
+
+def test_ws10_sweep_breaks_where_lecture_07_says(rng):
+    """Per-tensor scaling holds to about 2^12 and fails past 2^15 (lecture 07 (f)); DeepSeek's tiles hold longer."""
+    from fp8lab.check import ws10
+
+    E = ws10.sweep(range(21), rng, 24, 64, 520)  # large enough that the break does not move with the draw
+    assert sorted(E) == list(range(21)) and all(np.isfinite(v[r]) for v in E.values() for r in v)
+    assert ws10._breaks(E) in (14, 15, 16, 17), E
+    assert E[12]["fp8-tensor"] < 1.3 * E[0]["fp8-tensor"] and E[18]["fp8-tensor"] > 2 * E[18]["fp8-deepseek"], E
+
+
+WS10_WRONG = [
+    (check.memory_per_parameter, lambda recipe: 4 + 4 + (2 if recipe == "fp8-deepseek" else 4),
+     "two moments per parameter"),
+    (check.memory_per_parameter, lambda recipe: 4 + 2 * (2 if recipe == "fp8-deepseek" else 4), "gradient is kept too"),
+    (check.memory_per_parameter, lambda recipe: ws10_memory(recipe) + recipe.startswith("fp8"),
+     "FP8 copy of a weight is not kept"),
+    (check.memory_per_parameter, lambda recipe: 4 + 4 + 2 * 2, "only fp8-deepseek stores AdamW's moments in BF16"),
+    (check.memory_per_parameter, lambda recipe: 16, "moments in BF16, 2 bytes each"),
+    (check.memory_per_parameter, lambda recipe: 8 * ws10_memory(recipe), "that is bits"),
+    (check.memory_per_parameter, lambda recipe: f"{ws10_memory(recipe)} bytes", "expected a number of bytes"),
+    (check.which_precision, lambda op: "fp8" if op == "output head" else ws10_precision(op), "keeps the output head"),
+    (check.which_precision, lambda op: "fp32" if op == "AdamW moments" else ws10_precision(op),
+     "moments in BF16 (section 3.3.3)"),
+    (check.which_precision, lambda op: "bf16" if op.endswith("Wgrad") else ws10_precision(op),
+     "the FP8 x cached by Fprop"),
+    (check.which_precision, lambda op: "bf16" if op == "embedding" else ws10_precision(op), "fp8lab keeps it in FP32"),
+    (check.which_precision, lambda op: "fp8" if op == "weight gradients" else ws10_precision(op),
+     "stores its output, the gradient, in FP32"),
+    (check.which_precision, lambda op: "bf16" if op == "master weights" else ws10_precision(op),
+     "a BF16 weight would round it away"),
+    (check.which_precision, lambda op: "fp8" if op == "RMSNorm" else ws10_precision(op), "belongs to the GEMM"),
+    (check.which_precision, lambda op: "e4m3", "expected one of"),
+    (check.per_tensor_breaks_at, ws10_breaks_ignoring_deepseek, "per-tensor breaking is not enough"),
+    (check.per_tensor_breaks_at, ws10_breaks_at_or_above, "is strictly more"),
+    (check.per_tensor_breaks_at, ws10_breaks_unsorted, "sorted(errors_by_log2)"),
+    (check.per_tensor_breaks_at, ws10_breaks_stop_at_first, "keep looking"),
+    (check.per_tensor_breaks_at, ws10_breaks_vs_previous, "not with the previous magnitude"),
+    (check.per_tensor_breaks_at, ws10_breaks_returns_s, "not s itself"),
+    (check.per_tensor_breaks_at, lambda errors_by_log2: ws10_breaks(errors_by_log2) or -1, "return None"),
+]
+
+
+@pytest.mark.parametrize("checker, answer, says", WS10_WRONG, ids=[f"ws10-{i}-{w[0].__name__}" for i, w in
+                                                                    enumerate(WS10_WRONG)])
+def test_ws10_wrong_answer_is_rejected(checker, answer, says, rng, capsys):
+    with pytest.raises(check.CheckFailed) as info:
+        checker(answer, rng=rng)
+    msg = str(info.value)
+    assert says in msg and "hint:" in msg, msg
+    assert "passed" not in capsys.readouterr().out
+
+
+def test_ws10_placeholders_are_not_attempted():
+    def memory_per_parameter(recipe):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def which_precision(op):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def per_tensor_breaks_at(errors_by_log2):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    for checker, answer in ((check.memory_per_parameter, memory_per_parameter),
+                            (check.which_precision, which_precision),
+                            (check.per_tensor_breaks_at, per_tensor_breaks_at)):
+        with pytest.raises(check.NotAttempted, match="^not attempted yet"):
+            checker(answer)
+
+
+# -------------------------------------------------------------- ws8: delayed scaling (amax history), no kernels
+
+
+def ws8_scale(history, fmt_max, margin):
+    return np.float32(max(float(np.max(history)), 1e-12) * 2.0**margin / fmt_max)
+
+
+def _ws8_steps(scale_of=None, cast=None, window=0, inclusive=False, first=1.0):
+    """delayed_quantize_steps, right by default; each argument puts in one mistake."""
+    import collections
+
+    scale_of = scale_of or (lambda history, x: ws8_scale(np.array(history), 448.0, 0))
+    cast = cast or (lambda x, s: formats.encode(x / s))
+
+    def steps(tensors, history_len):
+        history = collections.deque(maxlen=history_len + window)
+        codes, scales = [], []
+        for x in tensors:
+            if inclusive:
+                history.append(float(np.max(np.abs(x))))
+            s = scale_of(history, x) if history else np.float32(first)
+            codes.append(cast(x, s))
+            scales.append(s)
+            if not inclusive:
+                history.append(float(np.max(np.abs(x))))
+        return codes, np.array(scales, np.float32)
+
+    return steps
+
+
+ws8_steps = _ws8_steps()
+
+
+def _ws8_clipped(x, s):
+    return int(np.count_nonzero((formats.encode(x / np.float32(s), saturate=False) & 0x7F) == 0x7F))
+
+
+def _ws8_spike_scales(tensors, k, hl):
+    x = tensors[k]
+    return x, ws8_steps(tensors[: k + 1], hl)[1][k], np.float32(np.max(np.abs(x)) / np.float32(448))
+
+
+def ws8_spike(tensors, k, hl):
+    x, s_del, s_cur = _ws8_spike_scales(tensors, k, hl)
+    return _ws8_clipped(x, s_del), _ws8_clipped(x, s_cur)
+
+
+def ws8_spike_over_448(tensors, k, hl):
+    x, s_del, s_cur = _ws8_spike_scales(tensors, k, hl)
+    return int(np.sum(np.abs(x / s_del) > 448)), int(np.sum(np.abs(x / s_cur) > 448))
+
+
+def ws8_spike_codes_at_448(tensors, k, hl):
+    x, s_del, s_cur = _ws8_spike_scales(tensors, k, hl)
+    return tuple(int(np.sum((formats.encode(x / s) & 0x7F) == 0x7E)) for s in (s_del, s_cur))
+
+
+def ws8_spike_current_for_both(tensors, k, hl):
+    x, _, s_cur = _ws8_spike_scales(tensors, k, hl)
+    return _ws8_clipped(x, s_cur), _ws8_clipped(x, s_cur)
+
+
+def ws8_spike_next_step(tensors, k, hl):
+    return _ws8_clipped(tensors[k + 1], ws8_steps(tensors, hl)[1][k + 1]), 0
+
+
+def _ws8_ml_dtypes_cast(x, s):
+    import ml_dtypes
+
+    return (x / s).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)  # overflow gives NaN
+
+
+def test_ws8_right_answers_pass(rng, capsys):
+    check.scale_from_history(ws8_scale, rng=rng)
+    check.delayed_quantize_steps(ws8_steps, rng=rng)
+    check.clipped_at_spike(ws8_spike, rng=rng)
+    assert capsys.readouterr().out.count("passed:") == 3
+
+
+WS8_WRONG = [
+    (check.scale_from_history, lambda h, fm, m: ws8_scale(h[-1:], fm, m), "most recent amax"),
+    (check.scale_from_history, lambda h, fm, m: np.float32(1 / ws8_scale(h, fm, m)), "this is the inverse"),
+    (check.scale_from_history, lambda h, fm, m: ws8_scale(h, fm, 0), "the margin is missing"),
+    (check.scale_from_history, lambda h, fm, m: np.float32(float(np.max(h)) * 2.0**m / fm), "AMAX_FLOOR"),
+    (check.scale_from_history, lambda h, fm, m: [ws8_scale(h, fm, m)] * 2, "expected one number"),
+    (check.delayed_quantize_steps, _ws8_steps(scale_of=lambda h, x: ws8_scale(np.abs(x), 448.0, 0)),
+     "that is current scaling"),
+    (check.delayed_quantize_steps, _ws8_steps(inclusive=True), "already holds this step's amax"),
+    (check.delayed_quantize_steps, _ws8_steps(window=-1), "off by -1 in the history window"),
+    (check.delayed_quantize_steps, _ws8_steps(window=1), "off by +1 in the history window"),
+    (check.delayed_quantize_steps, _ws8_steps(first=1 / 448), "initial scale is 1.0"),
+    (check.delayed_quantize_steps, _ws8_steps(cast=lambda x, s: formats.encode(x / s, saturate=False)),
+     "the cast saturates"),
+    (check.delayed_quantize_steps, _ws8_steps(cast=_ws8_ml_dtypes_cast), "the cast saturates"),
+    (check.delayed_quantize_steps, _ws8_steps(cast=lambda x, s: formats.encode(x * (np.float32(1) / s))),
+     "multiplied by 1 / scale"),
+    (check.delayed_quantize_steps, _ws8_steps(cast=lambda x, s: formats.encode(x.astype(np.float64) / float(s))),
+     "divided in float64"),
+    (check.delayed_quantize_steps, lambda tensors, history_len: ws8_steps(tensors, history_len)[1],
+     "expected a pair (codes, scales)"),
+    (check.clipped_at_spike, ws8_spike_current_for_both, "delayed scaling clips most of the spike"),
+    (check.clipped_at_spike, ws8_spike_next_step, "delayed scaling clips most of the spike"),
+    (check.clipped_at_spike, ws8_spike_over_448, "rounds to 448 anyway"),
+    (check.clipped_at_spike, ws8_spike_codes_at_448, "not clipping by itself"),
+    (check.clipped_at_spike, lambda tensors, k, hl: ws8_spike(tensors, k, hl)[::-1], "the order is (delayed, "),
+    (check.clipped_at_spike, lambda tensors, k, hl: (ws8_spike(tensors, k, hl)[0] / tensors[k].size, 0),
+     "not a fraction"),
+]
+
+
+@pytest.mark.parametrize("checker, answer, says", WS8_WRONG, ids=[f"ws8-{i}-{w[0].__name__}" for i, w in
+                                                                  enumerate(WS8_WRONG)])
+def test_ws8_wrong_answer_is_rejected(checker, answer, says, rng, capsys):
+    with pytest.raises(check.CheckFailed) as info:
+        checker(answer, rng=rng)
+    msg = str(info.value)
+    assert says in msg and "hint:" in msg, msg
+    assert "passed" not in capsys.readouterr().out
+
+
+def test_ws8_check_does_not_pass_inputs_it_reuses(rng):
+    """An answer that scribbles over its inputs (NaN) changes neither the reference nor the next case."""
+    def scribbling_steps(tensors, history_len):
+        out = ws8_steps(tensors, history_len)
+        for x in tensors:
+            x[...] = np.nan
+        return out
+
+    check.delayed_quantize_steps(scribbling_steps, rng=rng)
+
+
+def test_ws8_placeholders_are_not_attempted():
+    def scale_from_history(history, fmt_max, margin):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def delayed_quantize_steps(tensors, history_len):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def clipped_at_spike(tensors, spike_step, history_len):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    for checker, answer in ((check.scale_from_history, scale_from_history),
+                            (check.delayed_quantize_steps, delayed_quantize_steps),
+                            (check.clipped_at_spike, clipped_at_spike)):
+        with pytest.raises(check.NotAttempted, match="^not attempted yet"):
+            checker(answer)
+
+
+# ------------------------------------------------------- ws9: the FP8 Linear's Wgrad from the cached x (NumPy)
+
+
+def ws9_requantize(codes, scales, divide=False, floor=True):
+    """The re-tiling, right by default; divide=True encodes v / scale, floor=False drops AMAX_FLOOR."""
+    from fp8lab import spec
+
+    M, K = codes.shape
+    v_t = np.ascontiguousarray((formats.decode(codes) * np.repeat(scales, 128, axis=1)[:, :K]).T)
+    n = -(-M // 128)
+    a = np.zeros((K, n * 128), np.float32)
+    a[:, :M] = np.abs(v_t)
+    amax = a.reshape(K, n, 128).max(axis=2)
+    amax = np.maximum(amax, spec.AMAX_FLOOR) if floor else amax
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        scale_t = (amax / np.float32(448)).astype(np.float32)
+        inv = (np.float32(448) / amax).astype(np.float32)
+        by = v_t / np.repeat(scale_t, 128, axis=1)[:, :M] if divide else v_t * np.repeat(inv, 128, axis=1)[:, :M]
+        return formats.encode(by.astype(np.float32)), scale_t
+
+
+def _ws9_deq(codes, scales):
+    from fp8lab import spec
+
+    return spec.dequantize(codes, scales, 1, 128)
+
+
+def _ws9_tiles(a):
+    """dequantized 1x128 tiles of a, float32."""
+    from fp8lab import spec
+
+    return _ws9_deq(*spec.quantize(np.ascontiguousarray(a), "tile")[:2])
+
+
+def ws9_wgrad(dy, x_codes, x_scales):
+    return _ws9_tiles(dy.T) @ _ws9_deq(*ws9_requantize(x_codes, x_scales)).T
+
+
+def ws9_wgrad_float64(dy, x_codes, x_scales):  # right: the same operands, float64 sums
+    return _ws9_tiles(dy.T).astype(np.float64) @ _ws9_deq(*ws9_requantize(x_codes, x_scales)).astype(np.float64).T
+
+
+def _ws9_errors(x, dy, fresh_x_t=None, reference=None, norm=np.linalg.norm):
+    """wgrad_errors, right by default; fresh_x_t (K, M) replaces x^T's fresh tiles, reference the float64 dW."""
+    from fp8lab import spec
+
+    exact = dy.astype(np.float64).T @ x.astype(np.float64) if reference is None else reference(x, dy)
+    fresh_x_t = _ws9_tiles(x.T) if fresh_x_t is None else fresh_x_t
+    dws = (ws9_wgrad(dy, *spec.quantize(x, "tile")[:2]), _ws9_tiles(dy.T) @ fresh_x_t.T)
+    return tuple(float(norm(d - exact) / norm(exact)) for d in dws)
+
+
+def ws9_errors(x, dy):
+    return _ws9_errors(x, dy)
+
+
+def ws9_errors_float32_reference(x, dy):  # right within the tolerance
+    return _ws9_errors(x, dy, reference=lambda x, dy: (dy.T @ x).astype(np.float64))
+
+
+def _ws9_requantize_from(values_of):
+    """requantize_tile_to_col of the values values_of(codes, scales) (M, K) instead of decode(codes) * scale."""
+    from fp8lab import spec
+
+    def answer(codes, scales):
+        c, s, _ = spec.quantize(np.ascontiguousarray(values_of(codes, scales).T), "tile")
+        return c, s
+
+    return answer
+
+
+def ws9_requantize_along_k(codes, scales):
+    from fp8lab import spec
+
+    return spec.quantize(_ws9_deq(codes, scales), "tile")[:2]  # x's own layout again, not x^T's
+
+
+def ws9_requantize_calls_library(codes, scales):
+    from fp8lab import spec
+
+    return spec.requantize_tile_to_col(codes, scales)
+
+
+def ws9_requantize_changes_inputs(codes, scales):
+    out = ws9_requantize(codes, scales)
+    scales[...] = np.nan
+    return out
+
+
+def ws9_requantize_last_group_overlaps(codes, scales):
+    """The last, ragged token group takes its amax over the last 128 tokens (some from the group before)."""
+    M, K = codes.shape
+    c, s = ws9_requantize(codes, scales)
+    v_t = np.ascontiguousarray(_ws9_deq(codes, scales).T)
+    amax = np.maximum(np.abs(v_t[:, M - 128:]).max(axis=1), np.float32(1e-12))
+    s[:, -1] = amax / np.float32(448)
+    c[:, M - M % 128:] = formats.encode(v_t[:, M - M % 128:] * (np.float32(448) / amax)[:, None])
+    return c, s
+
+
+def ws9_requantize_k_not_trimmed(codes, scales):
+    M, K = codes.shape
+    return formats.decode(codes) * np.repeat(scales, 128, axis=1), None  # (M, 128 ceil(K/128)): raises
+
+
+WS9_WRONG = [
+    (check.requantize_tile_to_col, lambda c, s: tuple(a.T for a in ws9_requantize(c, s)), "this is x's layout"),
+    (check.requantize_tile_to_col, ws9_requantize_along_k, "1x128 tiles along the channels again"),
+    (check.requantize_tile_to_col, lambda c, s: (np.ascontiguousarray(c.T), ws9_requantize(c, s)[1]),
+     "your codes are the old codes"),
+    (check.requantize_tile_to_col, _ws9_requantize_from(lambda c, s: formats.decode(c)),
+     "multiply it by its tile's old scale"),
+    (check.requantize_tile_to_col,
+     _ws9_requantize_from(lambda c, s: formats.decode(c) / np.repeat(s, 128, axis=1)[:, :c.shape[1]]),
+     "not decode(code) / scale"),
+    (check.requantize_tile_to_col, lambda c, s: ws9_requantize(c, s, divide=True), "not encode(v / scale)"),
+    (check.requantize_tile_to_col, lambda c, s: ws9_requantize(c, s, floor=False), "floor it at spec.AMAX_FLOOR"),
+    (check.requantize_tile_to_col, lambda c, s: (lambda ct, st: (ct, st[:, : c.shape[0] // 128]))(
+        *ws9_requantize(c, s)), "not M // 128"),
+    (check.requantize_tile_to_col, ws9_requantize_last_group_overlaps, "only the last column group is wrong"),
+    (check.requantize_tile_to_col, ws9_requantize_k_not_trimmed, "the last row tile has K % 128 channels"),
+    (check.requantize_tile_to_col, ws9_requantize_calls_library, "calls the library's requantize_tile_to_col"),
+    (check.requantize_tile_to_col, ws9_requantize_changes_inputs, "changed its input codes or scales"),
+    (check.fp8_wgrad, lambda dy, c, s: _ws9_tiles(dy).T @ _ws9_deq(*ws9_requantize(c, s)).T,
+     "quantized along the wrong axis"),
+    (check.fp8_wgrad, lambda dy, c, s: _ws9_tiles(dy.T) @ _ws9_deq(c, s), "dequantized from its 1x128 tiles"),
+    (check.fp8_wgrad, lambda dy, c, s: dy.T @ _ws9_deq(*ws9_requantize(c, s)).T, "dy is used in float32"),
+    (check.fp8_wgrad, lambda dy, c, s: ws9_wgrad(dy, c, s).T, "dy^T x, not x^T dy"),
+    (check.fp8_wgrad, lambda dy, c, s: ws9_wgrad(dy, c, s) * np.where(np.arange(c.shape[1]) == 7, np.nan, 1),
+     "NaN or Inf"),
+    (check.wgrad_errors, lambda x, dy: ws9_errors(x, dy)[::-1], "the order is (re-quantized, fresh)"),
+    (check.wgrad_errors, lambda x, dy: _ws9_errors(x, dy, fresh_x_t=_ws9_tiles(x).T), "x's 1x128 tiles"),
+    (check.wgrad_errors, lambda x, dy: _ws9_errors(x, dy, fresh_x_t=np.ascontiguousarray(x.T)),
+     "from float32, as 128x1 tiles"),
+    (check.wgrad_errors, lambda x, dy: _ws9_errors(x, dy, norm=lambda d: np.abs(d).max()), "not the largest element"),
+    (check.wgrad_errors, lambda x, dy: tuple(e * np.linalg.norm(dy.astype(np.float64).T @ x) for e in
+                                             ws9_errors(x, dy)), "normwise RELATIVE error"),
+]
+
+
+def test_ws9_right_answers_pass(rng, capsys):
+    check.requantize_tile_to_col(ws9_requantize, rng=rng)
+    check.fp8_wgrad(ws9_wgrad, rng=rng)
+    check.fp8_wgrad(ws9_wgrad_float64, rng=rng)
+    check.wgrad_errors(ws9_errors, rng=rng)
+    check.wgrad_errors(ws9_errors_float32_reference, rng=rng)
+    out = capsys.readouterr().out
+    assert out.count("passed:") == 5 and "(3 bit for bit" in out and "(0 bit for bit" in out
+
+
+@pytest.mark.parametrize("checker, answer, says", WS9_WRONG, ids=[f"ws9-{i}-{w[0].__name__}" for i, w in
+                                                                  enumerate(WS9_WRONG)])
+def test_ws9_wrong_answer_is_rejected(checker, answer, says, rng, capsys):
+    with pytest.raises(check.CheckFailed) as info:
+        checker(answer, rng=rng)
+    msg = str(info.value)
+    assert says in msg and "hint:" in msg, msg
+    assert "passed" not in capsys.readouterr().out
+
+
+def test_ws9_placeholders_are_not_attempted():
+    def requantize_tile_to_col(codes, scales):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def fp8_wgrad(dy, x_codes, x_scales):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def wgrad_errors(x, dy):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    for checker, answer in ((check.requantize_tile_to_col, requantize_tile_to_col), (check.fp8_wgrad, fp8_wgrad),
+                            (check.wgrad_errors, wgrad_errors)):
+        with pytest.raises(check.NotAttempted, match="^not attempted yet"):
+            checker(answer)
+
+
+def test_ws9_wgrad_before_question_1_is_not_attempted():
+    def requantize_tile_to_col(codes, scales):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def fp8_wgrad(dy, x_codes, x_scales):
+        return dy.T @ formats.decode(requantize_tile_to_col(x_codes, x_scales)[0]).T
+
+    with pytest.raises(check.NotAttempted, match="^not attempted yet: fp8_wgrad.*question 1's"):
+        check.fp8_wgrad(fp8_wgrad)
+
+
+# ------------------------------------------------ ws7: the limited accumulator and promotion (NumPy, no kernels)
+
+
+def ws7_sum(products, bits, *, rnd=np.trunc, final_rnd=None, extra=0, group=32, with_acc=True, zero_exp=False,
+            final=True, own=False, tail=True):
+    """A learner's accumulate_limited, one rule changeable (the defaults are right)."""
+    final_rnd = rnd if final_rnd is None else final_rnd
+    kept = bits + extra
+    p = np.asarray(products, np.float64)
+    group = group or max(len(p), 1)
+    end = len(p) if tail else len(p) - len(p) % group
+    acc = 0.0
+    for k0 in range(0, end, group):
+        terms = list(p[k0:k0 + group]) + ([acc] if with_acc else [])
+        exps = [math.frexp(t)[1] for t in terms if t != 0 or zero_exp]
+        if not exps:
+            continue
+        ulp = 2.0 ** (max(exps) - kept - 1)
+        if own:  # each term cut to its own kept bits
+            s = sum(math.ldexp(float(rnd(math.ldexp(m, kept + 1))), e - kept - 1) for m, e in map(math.frexp, terms))
+        else:
+            s = sum(float(rnd(t / ulp)) for t in terms) * ulp
+        if not with_acc:
+            s += acc
+        if final:
+            m, e = math.frexp(s)
+            s = math.ldexp(float(final_rnd(math.ldexp(m, kept + 1))), e - kept - 1)
+        acc = s
+    return acc
+
+
+def ws7_promoted(a, b, bits, promote_every, *, first=None, reset=True, fp64=False, add=True):
+    """A learner's promoted_dot: chunk ends at first, first + promote_every, ..., and K."""
+    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
+    if promote_every is None:
+        return ws7_sum(p, bits)
+    bounds = list(range(promote_every if first is None else first, len(p), promote_every)) + [len(p)]
+    total, start = (0.0 if fp64 else np.float32(0)), 0
+    for stop in bounds:
+        part = ws7_sum(p[(start if reset else 0):stop], bits)
+        total = (total + part if fp64 else np.float32(total + np.float32(part))) if add else np.float32(part)
+        start = stop
+    return float(np.float32(total))
+
+
+def ws7_errors(a, b, *, exact_of=None, bits=13, P=(None, 128), form=lambda y, ex: abs(y - ex) / abs(ex)):
+    ex = math.fsum(np.asarray(a, np.float64) * b) if exact_of is None else exact_of(a, b)
+    return tuple(form(ws7_promoted(a, b, bits, p), ex) for p in P)
+
+
+def _ws7_wrong_sum(fixed13=False, **kw):
+    return lambda products, bits: ws7_sum(products, 13 if fixed13 else bits, **kw)
+
+
+def _ws7_wrong_dot(scale=1, late=0, **kw):
+    def promoted_dot(a, b, bits, promote_every):
+        if promote_every is None:
+            return ws7_promoted(a, b, bits, None)
+        P = promote_every * scale
+        return ws7_promoted(a, b, bits, P, **({"first": P + late} | kw))
+
+    return promoted_dot
+
+
+def _ws7_wrong_errors(letter="C", **kw):
+    return (lambda a, b: ws7_errors(a, b, **kw)), (lambda: letter)
+
+
+def test_ws7_right_answers_pass(rng, capsys):
+    check.accumulate_limited(lambda products, bits: ws7_sum(products, bits), rng=rng)
+    check.promoted_dot(ws7_promoted, rng=rng)
+    check.promotion_errors(ws7_errors, lambda: " c", rng=rng)
+    assert capsys.readouterr().out.count("passed:") == 3
+
+
+WS7_WRONG = [
+    (check.accumulate_limited, _ws7_wrong_sum(rnd=np.rint), "truncate toward zero"),
+    (check.accumulate_limited, _ws7_wrong_sum(final_rnd=np.rint), "truncate toward zero"),
+    (check.accumulate_limited, _ws7_wrong_sum(rnd=np.floor), "not down (np.floor"),
+    (check.accumulate_limited, _ws7_wrong_sum(extra=1), "one bit too many"),
+    (check.accumulate_limited, _ws7_wrong_sum(extra=-1), "one bit too few"),
+    (check.accumulate_limited, _ws7_wrong_sum(own=True), "LARGEST exponent"),
+    (check.accumulate_limited, _ws7_wrong_sum(with_acc=False), "running accumulator is one more addend"),
+    (check.accumulate_limited, _ws7_wrong_sum(zero_exp=True), "zero terms take no part"),
+    (check.accumulate_limited, _ws7_wrong_sum(final=False), "normalize and truncate the sum"),
+    (check.accumulate_limited, _ws7_wrong_sum(group=1), "not added one at a time"),
+    (check.accumulate_limited, _ws7_wrong_sum(group=0), "not the whole array at once"),
+    (check.accumulate_limited, _ws7_wrong_sum(tail=False), "the last group may be short"),
+    (check.accumulate_limited, _ws7_wrong_sum(fixed13=True), "use the `bits` argument"),
+    (check.accumulate_limited, lambda products, bits: math.fsum(products), "this is the exact sum"),
+    (check.accumulate_limited, lambda products, bits: np.full(2, 1.0), "expected one number"),
+    (check.promoted_dot, _ws7_wrong_dot(first=10**9), "was ignored"),
+    (check.promoted_dot, lambda a, b, bits, P: ws7_promoted(a, b, bits, P and 32), "not after every group of 32"),
+    (check.promoted_dot, _ws7_wrong_dot(first=32), "not after the first group"),  # ends at 32, 32 + P, ...
+    (check.promoted_dot, _ws7_wrong_dot(scale=32), "counts elements of K"),
+    (check.promoted_dot, _ws7_wrong_dot(late=32), "AFTER adding the group"),
+    (check.promoted_dot, _ws7_wrong_dot(reset=False), "reset the limited accumulator"),
+    (check.promoted_dot, _ws7_wrong_dot(add=False), "ADD each promoted"),
+    (check.promoted_dot, _ws7_wrong_dot(fp64=True), "add the partial sums in float32"),
+    (check.promotion_errors, _ws7_wrong_errors(P=(128, None)), "the order is"),
+    (check.promotion_errors, _ws7_wrong_errors(form=lambda y, ex: 100 * abs(y - ex) / abs(ex)), "not percentages"),
+    (check.promotion_errors, _ws7_wrong_errors(form=lambda y, ex: abs(y - ex)), "not |y - exact|"),
+    (check.promotion_errors, _ws7_wrong_errors(form=lambda y, ex: (y - ex) / ex), "take the absolute value"),
+    (check.promotion_errors, _ws7_wrong_errors(exact_of=lambda a, b: float(np.dot(a, b))), "sum in float64"),
+    (check.promotion_errors, _ws7_wrong_errors(bits=14), "bits = 13"),
+    (check.promotion_errors, _ws7_wrong_errors(P=(None, 32)), "every N_C = 128"),
+    (check.promotion_errors, _ws7_wrong_errors("A"), "at most 4 x 4 = 8 significant bits"),
+    (check.promotion_errors, _ws7_wrong_errors("B"), "Range is not the problem"),
+    (check.promotion_errors, _ws7_wrong_errors("D"), "truncation is not random"),
+    (check.promotion_errors, _ws7_wrong_errors("E"), "expected one of"),
+    (check.promotion_errors, ((lambda a, b: 0.05), lambda: "C"), "expected a pair"),
+]
+
+
+@pytest.mark.parametrize("checker, answer, says", WS7_WRONG, ids=[f"ws7-{i}-{w[0].__name__}" for i, w in
+                                                                  enumerate(WS7_WRONG)])
+def test_ws7_wrong_answer_is_rejected(checker, answer, says, rng, capsys):
+    with pytest.raises(check.CheckFailed) as info:
+        checker(*(answer if isinstance(answer, tuple) else (answer,)), rng=rng)
+    msg = str(info.value)
+    assert says in msg and "hint:" in msg, msg
+    assert "passed" not in capsys.readouterr().out
+
+
+def test_ws7_reference_calls_are_refused():
+    from fp8lab import accum
+
+    def accumulate_limited(products, bits):
+        return float(accum.dot_limited(products, np.ones_like(products), bits)[0, 0])
+
+    def promoted_dot(a, b, bits, promote_every):
+        return float(accum.dot_limited(a, b, bits, promote_every=promote_every)[0, 0])
+
+    with pytest.raises(check.CheckFailed, match="calls dot_limited"):
+        check.accumulate_limited(accumulate_limited)
+    with pytest.raises(check.CheckFailed, match="calls dot_limited"):
+        check.promoted_dot(promoted_dot)
+
+
+def test_ws7_placeholders_are_not_attempted():
+    def accumulate_limited(products, bits):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def promoted_dot(a, b, bits, promote_every):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def promotion_errors(a, b):
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    def why_error_grows():
+        raise NotImplementedError("your answer goes here: replace this line")
+
+    for checker, args in ((check.accumulate_limited, (accumulate_limited,)), (check.promoted_dot, (promoted_dot,)),
+                          (check.promotion_errors, (promotion_errors, why_error_grows))):
+        with pytest.raises(check.NotAttempted, match="^not attempted yet"):
+            checker(*args)
+    with pytest.raises(check.NotAttempted, match="^not attempted yet: why_error_grows"):
+        check.promotion_errors(ws7_errors, why_error_grows)
+
+    def promoted_dot_written(a, b, bits, promote_every):  # question 2 answered, question 1 not
+        return accumulate_limited(np.asarray(a, np.float64) * b, bits)
+
+    with pytest.raises(check.NotAttempted, match="^not attempted yet: .*answer question 1 first"):
+        check.promoted_dot(promoted_dot_written)

@@ -11,6 +11,18 @@
     check.one_f_one_b(fn)                          # ws6: 1F1B's operation order per stage, timed and verified
     check.table2_bubbles(fn)                       # ws6: DeepSeek-V3 Table 2's bubbles of 1F1B and DualPipe
     check.memory_per_device(fn)                    # ws6: stages held and activation peak per device of a Timeline
+    check.accumulate_limited(fn)                   # ws7: the FP22 tensor-core accumulator's sum, bit for bit
+    check.promoted_dot(fn)                         # ws7: limited sums promoted to FP32 every promote_every of K
+    check.promotion_errors(fn, why)                # ws7: K = 4096 errors without / with promotion, and why
+    check.scale_from_history(fn)                   # ws8: a delayed-scaling scale from an amax history, "max"
+    check.delayed_quantize_steps(fn)               # ws8: delayed scaling over a sequence, codes bit for bit
+    check.clipped_at_spike(fn)                     # ws8: elements a 16x spike clips, delayed vs current scaling
+    check.requantize_tile_to_col(fn)               # ws9: cached 1x128 tiles of x -> 128x1 tiles, bit for bit
+    check.fp8_wgrad(fn)                            # ws9: dW = dy^T x from dy and the cached FP8 x, fp8-deepseek
+    check.wgrad_errors(fn)                         # ws9: Wgrad's error with the re-tiled cache / x quantized afresh
+    check.memory_per_parameter(fn)                 # ws10: bytes a parameter keeps between steps, per recipe
+    check.which_precision(fn)                      # ws10: FP8, BF16 or FP32 for each op of fp8-deepseek's step
+    check.per_tensor_breaks_at(fn)                 # ws10: the outlier magnitude where per-tensor scaling breaks
 
 Every check draws fresh random inputs, adds the edge cases that catch the usual mistakes (ties, subnormals,
 NaN, overflow, shapes that are not multiples of the block or tile), fills kernel outputs with NaN before the
@@ -34,6 +46,10 @@ from .ws3 import GEMM_TILE, tiled_gemm_kernel
 from .ws4 import AMAX_FLOOR, E4M3_MAX, QUANT_TILE, QUANT_WARPS, tile_quantize_kernel
 from .ws5 import cvt_e4m3x2_intrinsic, mma_a_fragment
 from .ws6 import memory_per_device, one_f_one_b, table2_bubbles
+from .ws7 import accumulate_limited, promoted_dot, promotion_errors
+from .ws8 import clipped_at_spike, delayed_quantize_steps, scale_from_history
+from .ws9 import fp8_wgrad, requantize_tile_to_col, wgrad_errors
+from .ws10 import memory_per_parameter, per_tensor_breaks_at, which_precision
 
 __all__ = [
     "CheckFailed",
@@ -56,4 +72,16 @@ __all__ = [
     "one_f_one_b",
     "table2_bubbles",
     "memory_per_device",
+    "accumulate_limited",
+    "promoted_dot",
+    "promotion_errors",
+    "scale_from_history",
+    "delayed_quantize_steps",
+    "clipped_at_spike",
+    "requantize_tile_to_col",
+    "fp8_wgrad",
+    "wgrad_errors",
+    "memory_per_parameter",
+    "which_precision",
+    "per_tensor_breaks_at",
 ]
