@@ -50,7 +50,7 @@ def test_backend_flag_is_applied_before_the_backend_is_chosen():
     (["--backend", "cpu", "info"], {}, ["--backend must be one of ('gpu', 'sim')", "'cpu'"]),
     (["--backend", "cpu", "grade", "ws1"], {}, ["--backend must be one of"]),
     (["grade", "ws1"], {"FP8LAB_BACKEND": "bogus"}, ["FP8LAB_BACKEND must be one of"]),
-    (["grade", "ws9"], {}, ["no worksheet 'ws9'", "ws1, ws2"]),
+    (["grade", "ws99"], {}, ["no worksheet 'ws99'", "ws1, ws2"]),
     (["grade", str(ROOT / "notebooks" / "00_start_here.ipynb")], {}, ["not a worksheet"]),
     (["grade", "missing.ipynb"], {}, ["cannot read missing.ipynb"]),
     (["worksheets", "start", "ws0"], {}, ["no worksheet 'ws0'"]),
@@ -113,8 +113,8 @@ def test_start_copies_an_exercise_once_and_fresh_keeps_a_backup(tmp_path, capsys
     worksheets.start("ws2", fresh=True, exercises=ex, work=work)  # within the same second: a new folder
     saved = sorted(p.read_text() for p in (work / "backup").glob("*/ws2_rmsnorm_kernel.ipynb"))
     assert len(saved) == 2 and mine in saved and any("second try" in t for t in saved)
-    with pytest.raises(worksheets.WorksheetError, match="no worksheet 'ws7'"):
-        worksheets.start("ws7", exercises=ex, work=work)
+    with pytest.raises(worksheets.WorksheetError, match="no worksheet 'ws77'"):
+        worksheets.start("ws77", exercises=ex, work=work)
     with pytest.raises(TypeError, match="name must be a worksheet name"):
         worksheets.start(1, exercises=ex, work=work)
 

@@ -9,7 +9,9 @@ import json
 import os
 import textwrap
 
-from .. import runtime
+import numpy as np
+
+from .. import formats, runtime, spec
 
 REPORT_ENV = "FP8LAB_CHECK_REPORT"
 
@@ -113,3 +115,25 @@ def launch(question: str, case: str, kernel, config, *args) -> None:
         fail(question, [f"case {case}: the kernel raised {type(e).__name__}: {first}"[:600]],
               "an IndexError means a thread read or wrote outside an array: guard every access with the "
               "bounds (if m < M and k < K ...); a TypingError means Numba could not compile a line")
+
+
+_E4M3_MAX = spec.FP8_MAX["e4m3"]
+
+
+def tie_traps(amax, rng, n: int) -> np.ndarray:
+    """Up to n float32 values below amax whose code differs between encode(x * inv) (the package's rule, inv =
+    _E4M3_MAX / amax) and encode(x / scale) (scale = amax / _E4M3_MAX): x * inv lands on or next to an E4M3
+    rounding tie, and the two float32 roundings fall on different sides of it."""
+    f = np.float32
+    inv, scale = f(_E4M3_MAX / amax), f(amax / _E4M3_MAX)
+    table = formats.value_table(formats.E4M3).astype(np.float64)
+    mids = (table[0:0x7E] + table[1:0x7F]) / 2  # every tie between neighbouring non-negative codes
+    x0 = (mids / np.float64(inv)).astype(np.float32)
+    cands = np.concatenate([np.nextafter(x0, f(np.inf)), x0, np.nextafter(x0, f(-np.inf))])
+    cands = cands[(cands > 0) & (cands < amax)]
+    with np.errstate(over="ignore"):
+        by_inv = formats.encode((cands * inv).astype(np.float32), formats.E4M3)
+        by_div = formats.encode((cands / scale).astype(np.float32), formats.E4M3)
+    traps = cands[by_inv != by_div]
+    traps = rng.permutation(traps)[:n]
+    return (traps * np.where(rng.random(len(traps)) < 0.5, f(-1), f(1))).astype(np.float32)

@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import bench, formats, runtime, spec
 from ..runtime import cuda
-from ._core import fail, launch, question, require_kernel
+from ._core import fail, launch, question, require_kernel, tie_traps
 
 __all__ = ["QUANT_TILE", "QUANT_WARPS", "E4M3_MAX", "AMAX_FLOOR", "tile_quantize_kernel"]
 
@@ -15,25 +15,6 @@ QUANT_WARPS = 2 if runtime.IS_SIM else 4  # warps per block, one tile per warp
 E4M3_MAX = spec.FP8_MAX["e4m3"]  # np.float32(448.0)
 AMAX_FLOOR = spec.AMAX_FLOOR  # np.float32(1e-12): an all-zero tile gets a finite scale, not 0 / 0
 CODE_POISON = 0xFF  # E4M3 -NaN: no finite input encodes to it (saturation), so an unwritten code cannot pass
-
-
-def _tie_traps(amax, rng, n: int) -> np.ndarray:
-    """Up to n float32 values below amax whose code differs between encode(x * inv) (the package's rule, inv =
-    E4M3_MAX / amax) and encode(x / scale) (scale = amax / E4M3_MAX): x * inv lands on or next to an E4M3
-    rounding tie, and the two float32 roundings fall on different sides of it."""
-    f = np.float32
-    inv, scale = f(E4M3_MAX / amax), f(amax / E4M3_MAX)
-    table = formats.value_table(formats.E4M3).astype(np.float64)
-    mids = (table[0:0x7E] + table[1:0x7F]) / 2  # every tie between neighbouring non-negative codes
-    x0 = (mids / np.float64(inv)).astype(np.float32)
-    cands = np.concatenate([np.nextafter(x0, f(np.inf)), x0, np.nextafter(x0, f(-np.inf))])
-    cands = cands[(cands > 0) & (cands < amax)]
-    with np.errstate(over="ignore"):
-        by_inv = formats.encode((cands * inv).astype(np.float32), formats.E4M3)
-        by_div = formats.encode((cands / scale).astype(np.float32), formats.E4M3)
-    traps = cands[by_inv != by_div]
-    traps = rng.permutation(traps)[:n]
-    return (traps * np.where(rng.random(len(traps)) < 0.5, f(-1), f(1))).astype(np.float32)
 
 
 def _tile_quantize_cases(rng):
@@ -55,7 +36,7 @@ def _tile_quantize_cases(rng):
     top = int(np.argmax(np.abs(tile)))
     for _ in range(100):  # for ~1 amax in 10, inv == 1 / scale so closely that no tie separates them: nudge it
         amax = np.abs(tile[top])
-        traps = _tie_traps(amax, rng, 12)
+        traps = tie_traps(amax, rng, 12)
         if len(traps) >= 4:
             break
         tile[top] *= f(rng.uniform(1.01, 1.1))

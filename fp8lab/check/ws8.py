@@ -73,17 +73,18 @@ def _history(rng, n, lo=-20.0, hi=12.0):
 def _scale_cases(rng):
     """(history float32 (n,), fmt_max, margin): fixed cases first, then random ones."""
     f = lambda *v: np.array(v, _F)  # noqa: E731
+    e4, e5 = float(spec.FP8_MAX["e4m3"]), float(spec.FP8_MAX["e5m2"])
     cases = [
-        (f(1.0, 3.5, 2.0), 448.0, 0),
-        (f(0.25, 900.0, 12.0, 7.0), 448.0, 1),
-        (f(6.0), 448.0, 3),
-        (f(2.0e3, 5.0e4, 1.0, 3.0e4), 57344.0, 2),
-        (f(3e-13, 1e-13, 2e-13), 448.0, 0),  # every amax below AMAX_FLOOR: the floor sets the scale
+        (f(1.0, 3.5, 2.0), e4, 0),
+        (f(0.25, 900.0, 12.0, 7.0), e4, 1),
+        (f(6.0), e4, 3),
+        (f(2.0e3, 5.0e4, 1.0, 3.0e4), e5, 2),
+        (f(3e-13, 1e-13, 2e-13), e4, 0),  # every amax below AMAX_FLOOR: the floor sets the scale
     ]
     for _ in range(8):
-        cases.append((_history(rng, int(rng.integers(2, 41))), float(rng.choice([448.0, 57344.0])),
+        cases.append((_history(rng, int(rng.integers(2, 41))), float(rng.choice([e4, e5])),
                       int(rng.integers(0, 5))))
-    cases.append((_history(rng, int(rng.integers(2, 9)), -60, -41), 448.0, int(rng.integers(0, 3))))  # all < floor
+    cases.append((_history(rng, int(rng.integers(2, 9)), -60, -41), e4, int(rng.integers(0, 3))))  # all < floor
     return cases
 
 

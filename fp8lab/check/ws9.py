@@ -13,8 +13,7 @@ import textwrap
 import numpy as np
 
 from .. import formats, lm, spec
-from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder
-from .ws4 import _tie_traps
+from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder, tie_traps
 
 __all__ = ["requantize_tile_to_col", "fp8_wgrad", "wgrad_errors"]
 
@@ -78,7 +77,7 @@ def _trap_case(rng):
     for _ in range(100):  # for ~1 amax in 10 no tie separates the two roundings: nudge the amax's tile scale
         col = np.abs(_deq_tiles(codes, scales)[:G, k])
         top = int(np.argmax(col))
-        traps = _tie_traps(F32(col[top]), rng, 8)
+        traps = tie_traps(F32(col[top]), rng, 8)
         if len(traps) >= 4:
             break
         scales[top, 0] *= F32(rng.uniform(1.01, 1.1))
