@@ -15,7 +15,7 @@ import numbers
 import numpy as np
 
 from .. import formats, lm
-from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder
+from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder, call_answer
 
 __all__ = ["memory_per_parameter", "which_precision", "per_tensor_breaks_at", "OPS", "PRECISIONS", "state_bytes",
            "precisions", "sweep"]
@@ -25,17 +25,6 @@ OPS = ("embedding", "RMSNorm", "W1 Fprop", "W1 Dgrad", "W1 Wgrad", "SwiGLU", "W2
 """The ops of one training step of fp8lab.lm's model that which_precision is asked about."""
 PRECISIONS = ("fp8", "bf16", "fp32")
 F32 = np.float32
-
-
-def _call(q, fn, args, hint):
-    """fn(*args), a learner's exception turned into a failure naming the call."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise
-    except Exception as e:
-        call = f"{getattr(fn, '__name__', 'your function')}({', '.join(map(repr, args))})"
-        fail(q, [f"{call} raised {type(e).__name__}: {e}"[:600]], hint)
 
 
 def _attempted(q, fn):
@@ -193,7 +182,7 @@ def memory_per_parameter(fn, rng=None):
     order = ["fp8-deepseek", "fp32", "bf16", "fp8-tensor"]  # fp8-deepseek first: its miscounts are all distinct
     rows = []
     for recipe in order:
-        got = _call(q, fn, (recipe,), "return the bytes per parameter as a number, e.g. 4 + 4 + ...")
+        got = call_answer(q, fn, (recipe,), "return the bytes per parameter as a number, e.g. 4 + 4 + ...")
         if isinstance(got, (bool, np.bool_)) or not isinstance(got, numbers.Real) or not math.isfinite(got):
             fail(q, [f"memory_per_parameter({recipe!r}) returned {got!r}: expected a number of bytes"],
                  "return an int such as 4 + 4 + 2 * 4 (master weight, gradient, two moments)")
@@ -260,7 +249,7 @@ def which_precision(fn, rng=None):
     want = precisions(rng)
     for i in rng.permutation(len(OPS)):
         op = OPS[i]
-        got = _call(q, fn, (op,), "return 'fp8', 'bf16' or 'fp32' for each op name listed above")
+        got = call_answer(q, fn, (op,), "return 'fp8', 'bf16' or 'fp32' for each op name listed above")
         g = got.strip().lower() if isinstance(got, str) else got
         if g not in PRECISIONS:
             fail(q, [f"which_precision({op!r}) returned {got!r}: expected one of {', '.join(map(repr, PRECISIONS))}"],
@@ -401,7 +390,7 @@ def per_tensor_breaks_at(fn, rng=None):
         if len(E) > 8:  # the measured sweeps: in a random order too
             keys = [keys[i] for i in rng.permutation(len(keys))]
         E = {e: dict(E[e]) for e in keys}
-        got = _call(q, fn, ({e: dict(v) for e, v in E.items()},),
+        got = call_answer(q, fn, ({e: dict(v) for e, v in E.items()},),
                     "errors_by_log2[e] is a dict {'fp8-tensor': error, 'fp8-deepseek': error}")
         want = _breaks(E)
         ok = (got is None and want is None) or (

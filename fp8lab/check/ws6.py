@@ -10,19 +10,9 @@ import numbers
 import numpy as np
 
 from .. import pipeline
-from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder
+from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder, call_answer
 
 __all__ = ["one_f_one_b", "table2_bubbles", "memory_per_device"]
-
-
-def _call(q, fn, args, hint):
-    """fn(*args), a learner's exception turned into a failure naming the call."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise
-    except Exception as e:
-        fail(q, [f"{getattr(fn, '__name__', 'your function')}{args} raised {type(e).__name__}: {e}"[:600]], hint)
 
 
 # ---------------------------------------------------------------------------------------------- Q1: 1F1B orders
@@ -110,7 +100,7 @@ def one_f_one_b(fn, rng=None):
     cases = _one_f_one_b_cases(rng)
     for P, N, F, B in cases:
         call = f"one_f_one_b({P}, {N})"
-        orders = _orders(q, _call(q, fn, (P, N), _SHAPE_HINT), P, N)
+        orders = _orders(q, call_answer(q, fn, (P, N), _SHAPE_HINT), P, N)
         try:
             tl = pipeline.time_orders(orders, F, B).check()
         except ValueError as e:
@@ -199,7 +189,7 @@ def table2_bubbles(fn, rng=None):
     first = None
     for PP, F, B, W, FB in _table2_cases(rng):
         args = (PP, F, B, W, FB)
-        got = _call(q, fn, args, "return a pair of numbers: (1F1B's bubble, DualPipe's bubble)")
+        got = call_answer(q, fn, args, "return a pair of numbers: (1F1B's bubble, DualPipe's bubble)")
         try:
             one, dual = (float(v) for v in got)
         except (TypeError, ValueError):
@@ -274,7 +264,7 @@ def memory_per_device(fn, rng=None):
         P = tl.stages
         hidden = dataclasses.replace(tl, peak_activations=(-1,) * P, activations=-1, parameters=-1)
         what = f"memory_per_device({tl.schedule}, {P} stages, {tl.microbatches} micro-batches)"
-        got = _call(q, fn, (hidden,), "return one (stages held, peak activations) pair per device")
+        got = call_answer(q, fn, (hidden,), "return one (stages held, peak activations) pair per device")
         try:
             pairs = [tuple(int(v) for v in pair) for pair in got]
             assert len(pairs) == P and all(len(p) == 2 for p in pairs)
