@@ -18,6 +18,8 @@ None, shown as "not measured").
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import json
 import math
 import os
 import sys
@@ -231,6 +233,15 @@ class StreamsResult:
     h2d_bytes: int
     d2h_bytes: int
     runs: dict
+
+    def to_dict(self) -> dict:
+        """Plain data (JSON-ready); `from_dict` rebuilds the result, e.g. from a run recorded on a GPU."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StreamsResult":
+        runs = {mode: [TimedOp(**op) for op in ops] for mode, ops in d["runs"].items()}
+        return cls(tuple(d["gemm"]), int(d["h2d_bytes"]), int(d["d2h_bytes"]), runs)
 
     def total_ms(self, mode: str) -> float | None:
         """From the start event to the end of the last op of run `mode`; None when not measured."""
@@ -448,6 +459,16 @@ class SmBudgetResult:
     v6_ms: float | None = None
     cublas_tflops: float | None = None
     copy_ceiling_gbs: float | None = None
+
+    def to_dict(self) -> dict:
+        """Plain data (JSON-ready); `from_dict` rebuilds the result, e.g. from a run recorded on a GPU."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SmBudgetResult":
+        d = dict(d)
+        d["gemm"], d["splits"] = tuple(d["gemm"]), [Split(**sp) for sp in d["splits"]]
+        return cls(**d)
 
     @property
     def flops(self) -> float:
@@ -697,7 +718,26 @@ def plot_sm_budget(result: SmBudgetResult, ax=None, path=None):
 # ----------------------------------------------------------------------------------------------------------------
 
 OPTIONS = {"--plot": dict(metavar="DIR", default=None, help="also write the figures (overlap_timeline.png, "
-                                                            "overlap_sm_budget.png) to the folder DIR")}
+                                                            "overlap_sm_budget.png) to the folder DIR"),
+           "--json": dict(metavar="PATH", default=None, help="also write both results as JSON (the form of "
+                                                             "fp8lab/data/h200_overlap.json, which `recorded` reads)")}
+
+
+def recording(st: StreamsResult, sb: SmBudgetResult, how: str) -> dict:
+    """Both results with the device, date and software that produced them: what fp8lab/data/h200_overlap.json
+    holds (`recorded()` reads it back)."""
+    info = runtime.device_info()
+    return {"device": f"{info['name']} (cc {info['cc']}, {info['sms']} SMs)",
+            "date": datetime.date.today().isoformat(), "software": bench._versions(), "how": how,
+            "streams": st.to_dict(), "sm_budget": sb.to_dict()}
+
+
+def recorded(name: str = "h200_overlap") -> tuple[dict, StreamsResult, SmBudgetResult]:
+    """The run recorded on a GPU and shipped with fp8lab (fp8lab/data/<name>.json): (its device/date/how, the
+    streams result, the SM-budget result), ready for `tables()`, `plot_timeline` and `plot_sm_budget`."""
+    d = hardware.recorded(name)
+    meta = {k: v for k, v in d.items() if k not in ("streams", "sm_budget")}
+    return meta, StreamsResult.from_dict(d["streams"]), SmBudgetResult.from_dict(d["sm_budget"])
 
 
 def checks(rng) -> list[tuple[str, str]]:
@@ -738,6 +778,12 @@ def timings(rng, args) -> list:
     writes the figures."""
     r = streams(rng=rng)
     b = sm_budget(rng=rng)
+    path = getattr(args, "json", None)
+    if path:
+        record = recording(r, b, how="fp8lab bench overlap --markdown --json PATH (the sizes of overlap.SIZES['gpu'])")
+        with open(path, "w") as f:
+            json.dump(record, f, indent=1)
+        print(f"wrote {path}", file=sys.stderr)
     plot = getattr(args, "plot", None)
     if plot:
         os.makedirs(plot, exist_ok=True)

@@ -324,3 +324,16 @@ def test_gpu_sm_budget_realistic_sizes_are_timed(rng):
     assert part.copy_alone_ms > 0 and part.copy_beside_ms > 0
     assert 0 <= part.gemm_covered <= 1 and 0 <= part.copy_covered <= 1
     assert b.cost() is not None and b.v6_ms > 0 and b.copy_ceiling_gbs > 0
+
+
+def test_recorded_h200_run_rebuilds_and_round_trips():
+    """The H200 run shipped for lecture 08: its results rebuild from JSON, pass their own checks, and draw."""
+    meta, st, sb = ov.recorded()
+    assert "H200" in meta["device"] and meta["date"] and meta["how"]
+    st.check()
+    assert st.gain > 1.5 and [op.name for op in st.runs["overlapped"]] == ["H2D", "GEMM", "D2H"]
+    assert sb.total_sms == 132 and 0 < sb.cost() < sb.cost(beside=True) < 1
+    assert ov.StreamsResult.from_dict(st.to_dict()) == st and ov.SmBudgetResult.from_dict(sb.to_dict()) == sb
+    assert st.tables() and sb.tables()
+    ov.plot_timeline(st)
+    ov.plot_sm_budget(sb)

@@ -252,6 +252,21 @@ def test_chars_on_gpu_every_recipe_learns():
         assert abs(hs[r].eval_loss - hs["bf16"].eval_loss) / hs["bf16"].eval_loss < 0.02
 
 
+@pytest.mark.gpu
+def test_chars_on_gpu_breakdown_is_measured_and_outliers_split_the_recipes():
+    """Real CUDA events: every op class of fp8-deepseek's step takes GPU time and together they account for the
+    step; at the default widths, outlier channels x2^18 cost per-tensor scaling far more than 1x128 tiles."""
+    h = fp8lab.train("fp8-deepseek", task="chars", steps=T.PROFILE_SKIP + 8, batch=1024, eval_every=100,
+                     progress=False)
+    assert h.breakdown is not None and all(v > 0 for v in h.breakdown.values()), h.breakdown
+    assert {"GEMM Fprop", "GEMM Dgrad", "GEMM Wgrad", "AdamW", "quantize"} <= set(h.breakdown)
+    assert 0.3 * h.step_ms < sum(h.breakdown.values()) < 3 * h.step_ms, (sum(h.breakdown.values()), h.step_ms)
+    kw = dict(task="chars", steps=40, batch=1024, eval_every=20, progress=False)
+    base = fp8lab.train("fp32", **kw).eval_loss
+    gap = {r: (fp8lab.train(r, outliers=2.0**18, **kw).eval_loss - base) / base for r in ("fp8-tensor", "fp8-deepseek")}
+    assert gap["fp8-tensor"] > 2 * abs(gap["fp8-deepseek"]) and abs(gap["fp8-deepseek"]) < 0.02, gap
+
+
 @pytest.mark.parametrize("engine", T.ENGINES)
 def test_chars_resume_continues_to_the_same_losses(tmp_path, engine):
     kw = dict(SMALL, engine=engine, progress=False, eval_every=1)
