@@ -6,7 +6,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 # Tests that need no GPU run everywhere (on the simulator without one); `make test-gpu` runs the rest.
+# `make test` spreads test files and notebooks over one process per CPU core, at most 4 (pytest-xdist; loadscope
+# keeps a file's tests, and a notebook's cells, in one process): WORKERS=0 runs them in this process.
 PYTEST_ARGS ?=
+WORKERS ?= auto
+XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --maxprocesses 4 --dist loadscope)
 
 .PHONY: lab test test-gpu train bench clean site executed
 
@@ -28,7 +32,7 @@ lab: $(VENV)/.installed-lab
 	$(LAB_CMD)
 
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -m "not gpu" --nbval-lax --nbval-current-env -p no:cacheprovider tests notebooks $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not gpu" --nbval-lax --nbval-current-env -p no:cacheprovider $(XDIST) tests notebooks $(PYTEST_ARGS)
 
 test-gpu: $(VENV)/.installed-test
 	FP8LAB_BACKEND=gpu $(PY) -m pytest -m gpu -p no:cacheprovider tests $(PYTEST_ARGS)
