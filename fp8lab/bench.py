@@ -226,7 +226,7 @@ def _short(module_name: str) -> str:
     return module_name.rsplit(".", 1)[-1]
 
 
-def _versions() -> str:
+def software_versions() -> str:
     from importlib import metadata
 
     out = []
@@ -244,7 +244,7 @@ def _markdown(module, short, checks, tables, seconds, flags=()) -> str:
     command = " ".join(["fp8lab bench", short, "--markdown", *flags])
     lines = [f"### {short}: {(module.__doc__ or '').strip().splitlines()[0]}", "",
              f"`{command}` · {datetime.date.today().isoformat()} · {where} · "
-             f"{_versions()} · {seconds:.0f} s", "",
+             f"{software_versions()} · {seconds:.0f} s", "",
              f"Checks before timing: {len(checks)} passed ({'; '.join(c[0] for c in checks[:4])}"
              f"{'; ...' if len(checks) > 4 else ''}).", ""]
     for t in tables:

@@ -728,7 +728,7 @@ def recording(st: StreamsResult, sb: SmBudgetResult, how: str) -> dict:
     holds (`recorded()` reads it back)."""
     info = runtime.device_info()
     return {"device": f"{info['name']} (cc {info['cc']}, {info['sms']} SMs)",
-            "date": datetime.date.today().isoformat(), "software": bench._versions(), "how": how,
+            "date": datetime.date.today().isoformat(), "software": bench.software_versions(), "how": how,
             "streams": st.to_dict(), "sm_budget": sb.to_dict()}
 
 
