@@ -120,7 +120,7 @@ def thread_hierarchy():
 
 
 def gemm_tiling():
-    """Block tiling and register blocking of C = A @ B (lecture 04's v5-v7)."""
+    """Block tiling and register blocking of C = A @ B (lecture 05's v5-v7)."""
     fig, ax = plt.subplots(figsize=(9, 4.2))
     _box(ax, 0, 0, 3, 3, "", color="#eeeeee")
     ax.text(1.5, -0.3, "A (M x K)", ha="center")

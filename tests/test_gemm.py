@@ -143,7 +143,7 @@ def test_registers_and_occupancy_on_gpu(rng):
         regs = max(regs.values()) if isinstance(regs, dict) else regs
         got, recorded = G.occupancy(v, regs), G.occupancy(v, G.PTXAS_REGS_SM90[v])
         print(f"v{v}: {regs} registers (recorded {G.PTXAS_REGS_SM90[v]}), occupancy {got['occupancy']:.0%}")
-        # The recorded counts stand in for the GPU's under the simulator (notebook 04's occupancy table): the
+        # The recorded counts stand in for the GPU's under the simulator (notebook 05's occupancy table): the
         # compiled kernel must lead to the same conclusion (resident blocks, occupancy, binding limit) ...
         for key in ("blocks_per_sm", "occupancy", "limited_by"):
             assert got[key] == recorded[key], f"v{v}: {key} {got[key]} with {regs} registers, " \

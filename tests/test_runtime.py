@@ -332,7 +332,7 @@ def test_sim_estimates_grow_with_the_sizes_and_name_quick_ones(sim_warnings):
     assert s("fl.gemm", (100, 100, 100), 7) == s("fl.gemm", (128, 128, 104), 7)  # padded to v7's 128 x 128 x 8
     from fp8lab.kernels import gemm as G
 
-    for v, shape in G.SIM_CHECK.items():  # the shapes each version is checked at (tests, notebook 04) stay quick
+    for v, shape in G.SIM_CHECK.items():  # the shapes each version is checked at (tests, notebook 05) stay quick
         assert s("fl.gemm", shape, v) < 10
     assert s("fl.fp8_gemm", (512, 512, 512), (3, False)) > runtime.SIM_WARN_S
     assert 10 < 20 * s("fl.train", (8, 32, 16)) < runtime.SIM_WARN_S  # the simulator's default run: ~half a minute

@@ -96,9 +96,9 @@ def test_build_the_committed_site(tmp_path):
     assert {site.page_of(rel) for rel in SOURCES if rel not in waiting} <= linked
     for page in out.rglob("*.html"):
         assert not [h for h in hrefs(page) if h.split("#")[0].endswith(".ipynb")], page
-    # lecture 01 links its worksheets (exercises/...ipynb in the source) to their rendered solutions
-    lecture = out / "notebooks" / "01_from_pytorch_to_kernels.html"
-    if lecture.exists() and "exercises/ws1" in (ROOT / "notebooks" / "01_from_pytorch_to_kernels.ipynb").read_text():
+    # lecture 02 links its worksheets (exercises/...ipynb in the source) to their rendered solutions
+    lecture = out / "notebooks" / "02_from_pytorch_to_kernels.html"
+    if lecture.exists() and "exercises/ws1" in (ROOT / "notebooks" / "02_from_pytorch_to_kernels.ipynb").read_text():
         assert "../solutions/ws1_fp8_encode_decode.html" in hrefs(lecture)
 
 
@@ -140,7 +140,7 @@ def test_build_from_a_partial_run(sim_run, tmp_path):
     out = tmp_path / "site"
     r = run("build", "--executed", executed, "--out", out)
     assert r.returncode == 1 and "no executed copy of" in r.stderr
-    assert "notebooks/02_fp8_formats.ipynb" in r.stderr and "--allow-missing" in r.stderr
+    assert "notebooks/03_fp8_formats.ipynb" in r.stderr and "--allow-missing" in r.stderr
 
     r = run("build", "--executed", executed, "--out", out, "--allow-missing")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -194,7 +194,7 @@ def test_check_detects_a_changed_or_missing_copy(tmp_path):
     nb = nbformat.read(tmp_path / prose, as_version=4)
     nb.cells.append(nbformat.v4.new_markdown_cell("A sentence written after the GPU run."))
     nbformat.write(nb, tmp_path / prose)
-    changed, gone = "notebooks/02_fp8_formats.ipynb", "solutions/ws2_rmsnorm_kernel.ipynb"
+    changed, gone = "notebooks/03_fp8_formats.ipynb", "solutions/ws2_rmsnorm_kernel.ipynb"
     nb = nbformat.read(tmp_path / changed, as_version=4)
     next(c for c in nb.cells if c.cell_type == "code").source += "\nx_new = 1  # an edit after the GPU run"
     nbformat.write(nb, tmp_path / changed)
@@ -238,14 +238,14 @@ def test_build_takes_prose_from_the_source_and_outputs_from_the_run():
 
 
 def test_links_to_notebooks_become_links_to_pages():
-    text = ("[ws1](../exercises/ws1_fp8_encode_decode.ipynb), [next](03_scaling_and_quantization.ipynb#delayed), "
+    text = ("[ws1](../exercises/ws1_fp8_encode_decode.ipynb), [next](04_scaling_and_quantization.ipynb#delayed), "
             "[nb](https://example.org/x.ipynb), [top](#top), `kernel[grid, block](x)`, "
-            '<a href="../notebooks/02_fp8_formats.ipynb">02</a>, [back](../notebooks/01_x.ipynb "title")')
-    out = site.rewrite_links(text, "notebooks/01_from_pytorch_to_kernels.html")
+            '<a href="../notebooks/03_fp8_formats.ipynb">02</a>, [back](../notebooks/01_x.ipynb "title")')
+    out = site.rewrite_links(text, "notebooks/02_from_pytorch_to_kernels.html")
     assert "(../solutions/ws1_fp8_encode_decode.html)" in out
-    assert "(03_scaling_and_quantization.html#delayed)" in out
+    assert "(04_scaling_and_quantization.html#delayed)" in out
     assert "(https://example.org/x.ipynb)" in out and "(#top)" in out and "kernel[grid, block](x)" in out
-    assert 'href="02_fp8_formats.html"' in out and '(01_x.html "title")' in out
+    assert 'href="03_fp8_formats.html"' in out and '(01_x.html "title")' in out
     dead = []
     site.rewrite_links("[w](../notebooks/zz.ipynb)", "solutions/ws1.html", {"notebooks/aa.html"}, dead)
     assert dead == ["solutions/ws1.html: ../notebooks/zz.ipynb"]

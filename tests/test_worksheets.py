@@ -30,16 +30,16 @@ CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_ke
           "wgrad_errors", "memory_per_parameter", "which_precision", "per_tensor_breaks_at",
           "accumulate_limited", "promoted_dot", "promotion_errors"}
 LECTURES = {  # the lecture each worksheet links to (and back to)
-    "ws1_fp8_encode_decode.ipynb": "01_from_pytorch_to_kernels",
-    "ws2_rmsnorm_kernel.ipynb": "01_from_pytorch_to_kernels",
-    "ws3_tiled_gemm.ipynb": "01_from_pytorch_to_kernels",
-    "ws4_tile_quantize_kernel.ipynb": "03_scaling_and_quantization",
-    "ws5_inline_ptx.ipynb": "06_ptx_sass_and_tensor_cores",
-    "ws6_pipeline_schedules.ipynb": "08_overlap_and_communication",
-    "ws7_limited_accumulation.ipynb": "05_fp8_gemm_and_accumulation",
-    "ws8_delayed_scaling.ipynb": "03_scaling_and_quantization",
-    "ws9_fp8_linear_backward.ipynb": "07_training_the_deepseek_way",
-    "ws10_training_recipe.ipynb": "07_training_the_deepseek_way",
+    "ws1_fp8_encode_decode.ipynb": "03_fp8_formats",
+    "ws2_rmsnorm_kernel.ipynb": "01_cuda_primer",
+    "ws3_tiled_gemm.ipynb": "05_cuda_through_gemm",
+    "ws4_tile_quantize_kernel.ipynb": "04_scaling_and_quantization",
+    "ws5_inline_ptx.ipynb": "07_ptx_sass_and_tensor_cores",
+    "ws6_pipeline_schedules.ipynb": "09_overlap_and_communication",
+    "ws7_limited_accumulation.ipynb": "06_fp8_gemm_and_accumulation",
+    "ws8_delayed_scaling.ipynb": "04_scaling_and_quantization",
+    "ws9_fp8_linear_backward.ipynb": "08_training_the_deepseek_way",
+    "ws10_training_recipe.ipynb": "08_training_the_deepseek_way",
 }
 
 
@@ -861,8 +861,8 @@ def test_ws10_precisions_are_measured_per_recipe(rng):
         {"fp32": 16, "bf16": 16, "fp8-tensor": 16, "fp8-deepseek": 12}
 
 
-def test_ws10_sweep_breaks_where_lecture_07_says(rng):
-    """Per-tensor scaling holds to about 2^12 and fails past 2^15 (lecture 07 (f)); DeepSeek's tiles hold longer."""
+def test_ws10_sweep_breaks_where_lecture_08_says(rng):
+    """Per-tensor scaling holds to about 2^12 and fails past 2^15 (lecture 08 (f)); DeepSeek's tiles hold longer."""
     from fp8lab.check import ws10
 
     E = ws10.sweep(range(21), rng, 24, 64, 520)  # large enough that the break does not move with the draw

@@ -19,7 +19,7 @@ from ._core import NotAttempted, fail, not_attempted_message, question, still_a_
 __all__ = ["accumulate_limited", "promoted_dot", "promotion_errors"]
 
 GROUP = accum.GROUP  # 32 products aligned together
-BITS = 13  # FP22's mantissa bits (Hopper's FP8 wgmma, measured in lecture 06)
+BITS = 13  # FP22's mantissa bits (Hopper's FP8 wgmma, measured in lecture 07)
 _WHY = "C"  # the letter of why_error_grows' right answer (the options A-D are in the worksheet)
 _REFERENCE_NAMES = {"dot_limited", "limited_step", "error_vs_k", "fp8_gemm"}
 
@@ -168,7 +168,7 @@ def _q1_variants(bits):
         ("not aligned", lambda p: _model(p, bits, align=False),
          "align every term of a group to the group's LARGEST exponent: a small term loses every bit below the "
          "largest term's last kept bit (ulp = 2^(E - bits - 1)), not just the bits beyond its own bits + 1. "
-         "Lecture 06: next to 2^8, fifteen products of 2^-6 all vanish"),
+         "Lecture 07: next to 2^8, fifteen products of 2^-6 all vanish"),
         ("accumulator apart", lambda p: _model(p, bits, acc_aligned=False),
          "the running accumulator is one more addend of each group: choose E over the 32 products AND the "
          "accumulator, truncate all 33 terms to that ulp, add them, then normalize and truncate once"),
@@ -186,7 +186,7 @@ def _q1_variants(bits):
 
 
 def _q1_cases(rng):
-    """(label, float32 products, bits): crafted cases (lecture 06's probes among them) first, then random."""
+    """(label, float32 products, bits): crafted cases (lecture 07's probes among them) first, then random."""
     f = np.float32
 
     def arr(*vals):
@@ -269,7 +269,7 @@ def accumulate_limited(fn, rng=None):
         fail(q, lines, h or "follow the model step by step on the first case above: terms = the group's products + "
                              "acc; E = max frexp exponent of the nonzero terms; ulp = 2^(E - bits - 1); t = sum of "
                              "trunc(term / ulp); acc = t * ulp truncated to bits mantissa bits")
-    return (f"{len(cases)} sums (lecture 06's probes, carries, zeros, negative, positive and random products, "
+    return (f"{len(cases)} sums (lecture 07's probes, carries, zeros, negative, positive and random products, "
             "bits 3..23) equal fp8lab.accum's, bit for bit")
 
 

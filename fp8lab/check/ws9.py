@@ -214,7 +214,7 @@ def requantize_tile_to_col(fn, rng=None):
             bad = np.argwhere(~(gs > 0))[0]
             fail(q, [f"{what}: scales_t[{bad[0]}, {bad[1]}] is {gs[tuple(bad)]!r}"],
                  "an all-zero group has amax 0: floor it at spec.AMAX_FLOOR (1e-12) before computing "
-                 "scale = amax / 448 and inv = 448 / amax, as lecture 03's quantizer does")
+                 "scale = amax / 448 and inv = 448 / amax, as lecture 04's quantizer does")
         if not _same_bits(gs, want_s):
             k, g = np.argwhere(gs.view(np.uint32) != want_s.view(np.uint32))[0]
             hint = next((h for h, (vc, vs) in variants if _same_bits(gs, vs)), None) \
@@ -407,12 +407,17 @@ def wgrad_errors(fn, rng=None):
             continue
         line = [f"{what} returned ({req:.5g}, {fresh:.5g}), expected ({want_req:.5g}, {want_fresh:.5g})"]
         wrong = _wrong_errors(x, dy)
+        bad_req, bad_fresh = not same(req, want_req), not same(fresh, want_fresh)
+
+        def explains(pair):  # a wrong value that this mistake gives (a right one proves nothing)
+            return (bad_req and same(req, pair[0])) or (bad_fresh and same(fresh, pair[1]))
+
         if same(req, want_fresh) and same(fresh, want_req):
             fail(q, line, "the order is (re-quantized, fresh): the re-quantized error is the larger one, since "
                  + _WHY)
-        if same(req, wrong["abs"][0]) or same(fresh, wrong["abs"][1]):
+        if explains(wrong["abs"]):
             fail(q, line, "normwise RELATIVE error: divide ||dW - dW64||_F by ||dW64||_F")
-        if same(req, wrong["maxabs"][0]) or same(fresh, wrong["maxabs"][1]):
+        if explains(wrong["maxabs"]):
             fail(q, line, "normwise error: the Frobenius norm of the whole difference (np.linalg.norm), not the "
                  "largest element")
         if same(fresh, wrong["not_retiled"]):
