@@ -13,6 +13,11 @@ Both barriers count threads that have exited, so a kernel whose threads return e
 3. Silence. Device arithmetic runs as NumPy scalars, which warn on overflow, Inf * 0 or 0 / 0 where a GPU
    gives Inf or NaN silently; each simulated thread runs under np.errstate(ignore) (thread-local, so setting
    it around a launch would not reach these threads).
+4. Device-function calls. The simulator calls every device function inside `swapped_cuda_module`, which takes a
+   global lock and a lock per module on the way in and out (so that `cuda.threadIdx` in the function's module
+   means the calling thread's); with 32-256 threads calling small helpers millions of times, those locks were
+   most of a kernel's time (and most of the CI's system time). A device function whose code never names the
+   `cuda` module (a bit cast, a bfloat16 rounding) is now called directly: the same Python runs, without locks.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import types
 
 import numpy as np
 from numba.cuda.simulator import kernel as _simkernel
@@ -197,7 +203,41 @@ def _manager_run(self, *args):
                 w["barrier"].abort()
 
 
+def _names_cuda(fn) -> bool:
+    """Whether fn's code (nested code objects included) reads a global or closure variable bound to numba.cuda."""
+    from numba import cuda
+
+    names, stack = set(), [fn.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    if any(fn.__globals__.get(n) is cuda for n in names):
+        return True
+    for cell in fn.__closure__ or ():
+        try:
+            if cell.cell_contents is cuda:
+                return True
+        except ValueError:  # an empty cell
+            pass
+    return False
+
+
+_orig_call = _simkernel.FakeCUDAKernel.__call__
+
+
+def _call(self, *args):
+    if self._device:
+        direct = self.__dict__.get("_fp8lab_direct")
+        if direct is None:
+            direct = self._fp8lab_direct = not _names_cuda(self.fn)
+        if direct:
+            return self.fn(*args)
+    return _orig_call(self, *args)
+
+
 def install() -> None:
+    _simkernel.FakeCUDAKernel.__call__ = _call
     sys.setswitchinterval(1e-3)
     _simkernel.BlockThread.syncthreads = _syncthreads
     _simkernel.BlockThread.run = _thread_run

@@ -19,8 +19,13 @@ def test_fp32_gradients_match_finite_differences(rng, name):
     ids, tgt = _batch(rng)
     model, p = lm.Model(CFG, "fp32"), lm.init_params(CFG, 3)
     _, g = model.loss(p, ids, tgt)
-    d = rng.standard_normal(p[name].shape).astype(np.float32)
-    h = 2e-3
+    # Along the gradient plus a random part (so that a wrong gradient cannot hide in a direction it leaves out),
+    # scaled to a random direction's length: the derivative is large against the float32 noise of the two
+    # losses, which a random direction's small derivative was not (a rare seed failed at 2e-3 before).
+    gg, r = g[name].astype(np.float64), rng.standard_normal(p[name].shape)
+    u = gg / np.linalg.norm(gg) + 0.5 * r / np.linalg.norm(r)
+    d = (np.sqrt(gg.size) * u / np.linalg.norm(u)).astype(np.float32)
+    h = 5e-4
     fd = (model.loss({**p, name: p[name] + h * d}, ids, tgt, False)
           - model.loss({**p, name: p[name] - h * d}, ids, tgt, False)) / (2 * h)
     assert fd == pytest.approx(float((g[name].astype(np.float64) * d).sum()), rel=2e-3)
