@@ -105,13 +105,14 @@ def thread_hierarchy():
             for t in range(8):
                 _box(ax, bx + 0.3 + t * 0.27, wy + 0.15, 0.22, 0.5, "", color="white")
             ax.text(bx + 2.45, wy + 0.4, "...", fontsize=8)
-    mem = [("registers\nper thread", "#ffffff"), ("shared memory\nper block, on chip, 228 KiB per SM", "#cfe2f3"),
-           ("L2 cache\nall SMs, 50 MiB (H100)", "#d9ead3"),
+    mem = [("registers\nper thread", "#ffffff"), ("shared memory\nper block, on chip, up to 228 KiB per SM", "#cfe2f3"),
+           ("L2 cache\nall SMs, 50 MB (H100)", "#d9ead3"),
            ("global memory (HBM)\nall SMs, 3.35 TB/s (H100), 4.8 TB/s (H200)", "#fff2cc")]
     for k, (text, color) in enumerate(mem):
         _box(ax, 6.8, 3.1 - k * 0.95, 4.2, 0.75, text, color=color, fontsize=7)
     ax.text(8.9, 3.95, "memory spaces, fastest first", ha="center", fontsize=8, weight="bold")
-    ax.text(3.1, -0.25, "a warp's 32 threads run one instruction at a time; __syncthreads waits for the whole block",
+    ax.text(3.1, -0.25, "a warp's 32 threads issue each instruction together; "
+            "cuda.syncthreads() waits for the whole block",
             ha="center", fontsize=7)
     ax.set_xlim(-0.1, 11.2)
     ax.set_ylim(-0.3, 4.2)
