@@ -867,7 +867,11 @@ def test_ws10_sweep_breaks_where_lecture_08_says(rng):
 
     E = ws10.sweep(range(21), rng, 24, 64, 520)  # large enough that the break does not move with the draw
     assert sorted(E) == list(range(21)) and all(np.isfinite(v[r]) for v in E.values() for r in v)
-    assert ws10._breaks(E) in (14, 15, 16, 17), E
+    b, at15 = ws10._breaks(E), E[15]["fp8-tensor"] / E[0]["fp8-tensor"]
+    # per-tensor's error doubles right at 2^15: in about 1 draw in 200 it is just under 2x there, and at 2^16
+    # DeepSeek's own error is past 1.5x, so no magnitude qualifies (the check compares answers with _breaks on the
+    # same sweep, so that case is a fair question too)
+    assert b in (14, 15, 16, 17) or (b is None and 1.9 < at15 <= ws10.TENSOR_FACTOR), (b, at15, E)
     assert E[12]["fp8-tensor"] < 1.3 * E[0]["fp8-tensor"] and E[18]["fp8-tensor"] > 2 * E[18]["fp8-deepseek"], E
 
 
