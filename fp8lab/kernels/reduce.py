@@ -41,26 +41,28 @@ THREADS = runtime.block_threads(256)  # threads per block: a power of two (versi
 BLOCKS = 4 if runtime.IS_SIM else 1024  # blocks of the grid-stride launch: ~8 per SM on a 132-SM GPU
 
 
-@cuda.jit
-def reduce_kernel1(x, out):
+@cuda.jit(device=True)
+def thread_sum(x):
+    """The first step of every version: this thread's elements g, g + S, g + 2S, ... (S = all threads of the grid)
+    added in a register; neighbouring threads read neighbouring addresses at every step (coalesced)."""
     acc = np.float32(0)
     i = cuda.grid(1)
     while i < x.size:
         acc += x[i]
         i += cuda.gridsize(1)
-    cuda.atomic.add(out, 0, acc)  # every thread: gridsize atomics on one address
+    return acc
+
+
+@cuda.jit
+def reduce_kernel1(x, out):
+    cuda.atomic.add(out, 0, thread_sum(x))  # every thread: gridsize atomics on one address
 
 
 @cuda.jit
 def reduce_kernel2(x, out):
     part = cuda.shared.array(THREADS, np.float32)  # one slot per thread of the block
     t = cuda.threadIdx.x
-    acc = np.float32(0)
-    i = cuda.grid(1)
-    while i < x.size:
-        acc += x[i]
-        i += cuda.gridsize(1)
-    part[t] = acc
+    part[t] = thread_sum(x)
     cuda.syncthreads()  # every slot written before any is read
     half = cuda.blockDim.x // 2
     while half > 0:
@@ -74,12 +76,7 @@ def reduce_kernel2(x, out):
 
 @cuda.jit
 def reduce_kernel3(x, out):
-    acc = np.float32(0)
-    i = cuda.grid(1)
-    while i < x.size:
-        acc += x[i]
-        i += cuda.gridsize(1)
-    acc = warp_sum(acc)  # registers to registers inside the warp: every lane gets the warp's total
+    acc = warp_sum(thread_sum(x))  # registers to registers inside the warp: every lane gets the warp's total
     if cuda.threadIdx.x % WARP_SIZE == 0:
         cuda.atomic.add(out, 0, acc)
 
