@@ -780,7 +780,8 @@ def timings(rng, args) -> list:
     b = sm_budget(rng=rng)
     path = getattr(args, "json", None)
     if path:
-        record = recording(r, b, how="fp8lab bench overlap --markdown --json PATH (the sizes of overlap.SIZES['gpu'])")
+        record = recording(r, b, how="fp8lab bench overlap --markdown --json PATH (sizes: overlap.SIZES['gpu']; "
+                                     "BENCHMARKS.md, section overlap)")
         with open(path, "w") as f:
             json.dump(record, f, indent=1)
         print(f"wrote {path}", file=sys.stderr)

@@ -73,7 +73,7 @@ _E4M3_MAX = FP8_MAX["e4m3"]
 _ZERO = np.float32(0.0)
 _ONE = np.float32(1.0)
 
-MIN_WARPS = 1  # warps per row block at least: N = 1024 runs fastest as one warp holding 2 sets (H200: 76% of copy, 71% as 2 warps)
+MIN_WARPS = 1  # warps per row block at least: N = 1024 ran fastest as one warp of 2 sets (H200: 75% of copy)
 MAX_THREADS = 1024  # CUDA's limit per block
 FIT_THREADS = 512  # blocks up to this size when a thread holds 2 sets / 16 elements (under 128 registers each)
 ANY_THREADS = 256  # blocks of this size launch whatever their register count (256 x 255 < 65536 per SM)
