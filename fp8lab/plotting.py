@@ -94,10 +94,11 @@ def plot_breakdown(histories, ax=None, path=None, title=None):
     return fig
 
 
-def plot_ladder(tflops: dict, cublas: float | None = None, path=None, ax=None, title=None):
+def plot_ladder(tflops: dict, cublas: float | None = None, path=None, ax=None, title=None, source: str = "this run"):
     """Bar chart of the ladder: TFLOP/s per version (measured) with the cuBLAS and FP32-peak lines; returns the
-    figure. When nothing was measured (tflops values all None: the simulator), plots Boehm's A6000 percentages of
-    cuBLAS instead, labelled as his numbers."""
+    figure. `source` says where the numbers come from ("this run", or a recorded run's device and date). When
+    nothing was measured (tflops values all None), plots Boehm's A6000 percentages of cuBLAS instead, labelled as
+    his numbers."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -109,9 +110,9 @@ def plot_ladder(tflops: dict, cublas: float | None = None, path=None, ax=None, t
     measured = all(tflops.get(v) is not None for v in vs)
     if measured:
         vals = [tflops[v] for v in vs]
-        ax.bar(labels, vals, color="tab:blue", label="fp8lab (measured, this run)")
+        ax.bar(labels, vals, color="tab:blue", label=f"fp8lab (measured, {source})")
         if cublas is not None:
-            ax.axhline(cublas, color="k", ls="--", lw=1, label=f"cuBLAS SGEMM {cublas:.1f} TFLOP/s (this run)")
+            ax.axhline(cublas, color="k", ls="--", lw=1, label=f"cuBLAS SGEMM {cublas:.1f} TFLOP/s ({source})")
         ax.axhline(H100_FP32_TFLOPS, color="tab:red", ls=":", lw=1,
                    label=f"H100 FP32 peak ~{H100_FP32_TFLOPS:.0f} TFLOP/s (datasheet)")
         ax.set_ylabel("TFLOP/s")

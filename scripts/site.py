@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """The course as a website: run every notebook, keep the executed copies, render them to static HTML.
 
-    scripts/site.py execute [--backend gpu|sim] [--only NAME ...] [--out DIR]
+    scripts/site.py execute [--backend gpu|sim] [--only NAME ...] [--out DIR] [--record JSON]
         Run each source notebook (notebooks/*.ipynb, solutions/*.ipynb) headless with nbclient, in its own
         folder, and write the executed copy to DIR/notebooks/ and DIR/solutions/ (default docs/executed),
         stamped with metadata.fp8lab_executed = {source_sha256, backend, device, date, ...}. Stops at the first
-        failing cell (exit 1, naming notebook and cell). On a GPU machine: `make executed`, i.e.
-        FP8LAB_BACKEND=gpu scripts/site.py execute; then commit docs/executed.
+        failing cell (exit 1, naming notebook and cell). --record JSON: the lectures' measured figures are
+        written there too (fp8lab.recorded). On a GPU machine: `make executed`, i.e. FP8LAB_BACKEND=gpu
+        scripts/site.py execute --record fp8lab/data/h200_lectures.json; then commit both.
     scripts/site.py build [--out site] [--allow-missing]
         nbconvert (template "lab") every executed copy into site/notebooks/*.html and site/solutions/*.html,
         plus site/index.html: the notebook map, i.e. README.md's tables of lectures and worksheets, linking the
@@ -273,6 +274,8 @@ def cmd_execute(args) -> int:
     # Plots must come back as outputs: ipykernel picks the inline backend only when MPLBACKEND is unset
     # (device scripts set MPLBACKEND=Agg for headless runs).
     os.environ.pop("MPLBACKEND", None)
+    if args.record:
+        os.environ["FP8LAB_RECORD"] = str(Path(args.record).resolve())  # fp8lab.recorded.RECORD_ENV
     info = probe(root / todo[0].split("/")[0], dict(os.environ))
     if args.backend and info["backend"] != args.backend:
         raise SiteError(f"--backend {args.backend}, but `import fp8lab` chose {info['backend']}")
@@ -568,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--only", nargs="+", metavar="NAME",
                    help="only these notebooks (e.g. 00_start_here ws1_fp8_encode_decode)")
     e.add_argument("--out", type=Path, help="where the executed copies go (default: ROOT/docs/executed)")
+    e.add_argument("--record", type=Path, metavar="JSON",
+                   help="also write the lectures' measured figures to this file (fp8lab.recorded; GPU only)")
     e.add_argument("--timeout", type=int, default=CELL_TIMEOUT_S, help="seconds per cell (default %(default)s)")
     b = sub.add_parser("build", parents=[common], help="render the executed copies to HTML, with an index")
     b.add_argument("--out", type=Path, default=None, help="the site's folder (default: ROOT/site)")

@@ -23,7 +23,7 @@ LAYERS = {
         "lm", "checkpoint", "moe", "pipeline"),
     1: ("_simgaps", "_pool", "runtime"),
     2: ("ptx", "ptx.intrinsics", "ptx.compile"),
-    3: ("timing", "bench", "_triton_peer", "kernels", "kernels.common"),
+    3: ("timing", "bench", "recorded", "_triton_peer", "kernels", "kernels.common"),
     4: tuple(f"kernels.{m}" for m in MODULES),
     5: ("quant", "overhead", "overlap", "lm_engine", "lm_torch", "training", "check", "check._core", "check.ws1",
         "check.ws2", "check.ws3", "check.ws4", "check.ws5", "check.ws6", "check.ws7", "check.ws8", "check.ws9",
