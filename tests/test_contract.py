@@ -27,7 +27,8 @@ LAYERS = {
     4: tuple(f"kernels.{m}" for m in MODULES),
     5: ("quant", "overhead", "overlap", "lm_engine", "lm_torch", "training", "check", "check._core", "check.ws1",
         "check.ws2", "check.ws3", "check.ws4", "check.ws5", "check.ws6", "check.ws7", "check.ws8", "check.ws9",
-        "check.ws10", "worksheets", "cli", "__init__"),
+        "check.ws10", "check._lecture", *(f"check.lecture{n:02d}" for n in range(10)), "worksheets", "cli",
+        "__init__"),
 }
 LAYER = {name: layer for layer, names in LAYERS.items() for name in names}
 

@@ -1,4 +1,4 @@
-"""Instant feedback for the worksheets: each check runs a learner's function or kernel against fp8lab's reference.
+"""Instant feedback for the worksheets and the lectures' exercises: each check tests a learner's answer against fp8lab.
 
     from fp8lab import check
     check.encode_e4m3(encode_e4m3)                 # ws1: float32 -> E4M3 code, by hand
@@ -24,6 +24,8 @@
     check.which_precision(fn)                      # ws10: FP8, BF16 or FP32 for each op of fp8-deepseek's step
     check.per_tensor_breaks_at(fn)                 # ws10: the outlier magnitude where per-tensor scaling breaks
 
+    check.lecture04.ex7(answer)                    # lecture 04, exercise 7 (every lecture: check.lectureNN.exM)
+
 Every check draws fresh random inputs, adds the edge cases that catch the usual mistakes (ties, subnormals,
 NaN, overflow, shapes that are not multiples of the block or tile), fills kernel outputs with NaN before the
 launch, and treats NaN in an output as a failure. Launch configurations live here, not in the learner's code.
@@ -37,6 +39,13 @@ Outcomes:
 
 When the environment variable FP8LAB_CHECK_REPORT names a file, each outcome is also appended to it as one
 JSON line: this is how `fp8lab worksheets grade` builds its score table.
+
+The lectures' checkable exercises (fp8lab.check.lecture00 ... lecture09, one function per exercise) take an
+answer (a number, a tuple, a list of codes or a small function) from the stub cell after each lecture's list of
+exercises. They compute the truth from the library and differ from the worksheets' checks in one way: an answer of
+None (the stub) prints "not tried yet: <where to start>" and returns, so a lecture runs top to bottom untouched. A
+right answer prints "passed: ..."; a wrong one raises CheckFailed with the hint of the mistake it matches (the message
+never states the answer); outcomes are recorded like the worksheets' ("lecture04.ex7", ...).
 """
 
 from ._core import REPORT_ENV, CheckFailed, NotAttempted
@@ -50,6 +59,8 @@ from .ws7 import accumulate_limited, promoted_dot, promotion_errors
 from .ws8 import clipped_at_spike, delayed_quantize_steps, scale_from_history
 from .ws9 import fp8_wgrad, requantize_tile_to_col, wgrad_errors
 from .ws10 import memory_per_parameter, per_tensor_breaks_at, which_precision
+from . import lecture00, lecture01, lecture02, lecture03, lecture04, lecture05, lecture06, lecture07, lecture08, \
+    lecture09
 
 __all__ = [
     "CheckFailed",
@@ -84,4 +95,14 @@ __all__ = [
     "memory_per_parameter",
     "which_precision",
     "per_tensor_breaks_at",
+    "lecture00",
+    "lecture01",
+    "lecture02",
+    "lecture03",
+    "lecture04",
+    "lecture05",
+    "lecture06",
+    "lecture07",
+    "lecture08",
+    "lecture09",
 ]
