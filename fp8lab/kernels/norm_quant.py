@@ -61,11 +61,11 @@ import math
 import numpy as np
 
 from .. import _validate as V
-from .. import bench, runtime, spec, timing
+from .. import bench, ptx, runtime, spec, timing
 from ..ptx import ld_global_v4_f32
 from ..runtime import FULL_MASK, MAX_BLOCKS, WARP_SIZE, cuda, shfl_xor_sync
 from ..spec import FP8_MAX, GROUP_K, POISON_CODE
-from .common import CVT_X2, ENCODE_SAT, amax_scale, block_sum, load4, nanmax, vec_ok, warp_max
+from .common import CVT_X2, ENCODE_SAT, amax_scale, block_sum, load4, nanmax, vec_ok, warp_max, warp_sum
 
 EPS = spec.RMSNORM_EPS
 TILE = GROUP_K  # 1 x 128 tiles (DeepSeek-V3 activations)
@@ -260,6 +260,415 @@ def make_forward_kernel2(warps: int, sets: int, has_bias: bool, write_z: bool, v
                         scales[m, tk] = scale
 
     return norm_quant_kernel2
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Candidates for a version 3 (internal: a GPU sweep times them against version 2; not part of the public API)
+# ----------------------------------------------------------------------------------------------------------------
+# Each candidate keeps version 2's numerics (the same z = (y * rstd) * g, amax, scale and cvt: codes and scales bit
+# for bit `reference` given the kernel's rstd) and its layout (8 lanes per tile, a warp's set of 4 tiles), and
+# changes what might cost version 2 bandwidth (BENCHMARKS.md: 75% of copy at N = 1024 and 7168):
+#   hints: where data is kept (x is read once: streaming; b and g are read by every row: the read-only path, kept
+#          in L1);
+#   rows:  R rows per block, so that one load of b and g serves R rows;
+#   store: wider code stores (8 or 16 bytes a lane after 2 or 4 shuffles) instead of four 4-byte stores per set;
+#   pf:    version 2's blocks, and thread 0 of each asks L2 (one cp.async.bulk.prefetch.L2 per row, no register
+#          or shared memory) for the row that a block one wave of resident blocks later will load: version 2 holds
+#          at most 28 warps an SM, 4 rows of 7168 or 28 of 1024 (112 KiB of x in registers), and a block's loads
+#          are in flight only until its reduction starts; loads that hit L2 wait less, so the same blocks move more;
+#   pipe:  persistent blocks that stream rows through a ring of shared-memory stages with cp.async: while a row is
+#          reduced and written, the next stages - 1 rows are in flight, and x takes no registers until it is used;
+#          b and g in registers ("regs"), next to the ring ("smem") or loaded per row ("ldg"); l2: rows further
+#          ahead prefetched into L2 as above.
+# Every candidate compiles its bounds away where the layout covers the row exactly (`exact`: N = 1024, 7168).
+# z is never written (version 2 keeps that output). `_forward_candidate` launches one by name.
+# Registers (ptxas for sm_90, bias / no bias; version 2: 72 / 68): pf1, hint, st16 62-68; rows2 79 / 76; pipe
+# with bg="regs" 115 / 96, "smem" 66-72, "ldg" 65-71. Blocks an SM holds at N = 7168 (448-thread pipe blocks,
+# 72 registers: 2 by registers): pipe2s / pipe3s need 4 / 5 rows of 28 KiB of shared memory (1 block), pipe3g 3
+# (2 blocks); pf1 224-thread blocks: 4 (28 warps).
+
+_CANDIDATE_DEFAULTS = dict(pipe=False, sets=SETS_PER_WARP, rows=1, x_ld="", bg_ld="", store=4, st_q="", stages=3,
+                           bg="regs", maxreg=0, pf=0, l2=0)
+_HINT = dict(x_ld=".L1::no_allocate", bg_ld=".nc.L1::evict_last")
+_VARIANTS = {  # most promising first (the sweep keeps this order when it runs short of time)
+    "pf1": dict(pf=1),
+    "pipe3gl2": dict(pipe=True, sets=1, stages=3, bg="ldg", bg_ld=".nc.L1::evict_last", l2=2),
+    "pipe2sl2": dict(pipe=True, sets=1, stages=2, bg="smem", l2=2),
+    "pipe3sl2": dict(pipe=True, sets=1, stages=3, bg="smem", l2=2),
+    "pf1all": dict(pf=1, store=16, st_q=".cs", **_HINT),
+    "pipe3g": dict(pipe=True, sets=1, stages=3, bg="ldg", bg_ld=".nc.L1::evict_last"),
+    "pipe2s": dict(pipe=True, sets=1, stages=2, bg="smem"),
+    "hint": dict(_HINT),
+    "st16": dict(store=16),
+    "pf2": dict(pf=2),
+    "rows2": dict(rows=2, sets=1),
+    "st8": dict(store=8),
+    "hint256": dict(x_ld=".L1::no_allocate.L2::256B", bg_ld=".nc.L1::evict_last"),
+}
+"""name -> options (the rest from _CANDIDATE_DEFAULTS): pipe (persistent, a shared-memory ring of `stages` rows),
+sets (tile sets a thread holds), rows (rows per block; not with pipe), x_ld / bg_ld (ptx.LD_HINTS qualifiers of
+the loads of x and of b and g), store (bytes per code store: 4, 8, 16), st_q (ptx.ST_HINTS of the wide stores),
+bg (pipe: b and g in "regs", in "smem" after the ring, or loaded per row, "ldg"), maxreg (registers a thread may
+use, 0: the compiler's choice; fewer give more resident blocks, at the price of spills), pf (not pipe: thread 0 of a block asks L2 for the rows that the
+blocks pf waves later will take, one cp.async.bulk.prefetch.L2 a row, so that their loads hit L2) and l2 (pipe: the
+same for the l2 rows a block takes after those in its ring)."""
+_F32T = runtime.numba_type("float32")  # dynamic shared arrays take numba's type on both backends
+SIM_RESIDENT = 2  # pipe candidates under the simulator: 2 blocks, so that each block takes several rows
+
+
+@cuda.jit(device=True)
+def _shfl_u32(v, off):
+    """shfl_xor_sync of a uint32 (the shuffle takes signed ints: the same 32 bits go through as int32)."""
+    return np.uint32(shfl_xor_sync(FULL_MASK, np.int32(v), off))
+
+
+def _row_loader(ld):
+    """load4_row with the 16-byte load `ld` (a hinted ld.global.v4.f32)."""
+
+    @cuda.jit(device=True)
+    def load(a, i, c, N, vec, inside):
+        if vec:
+            if inside:
+                return ld(a, i, c)
+            ok = c < N
+            v0, v1, v2, v3 = ld(a, i, c if ok else N - 4)
+            return (v0 if ok else _ZERO), (v1 if ok else _ZERO), (v2 if ok else _ZERO), (v3 if ok else _ZERO)
+        return load4(a, i, c, i + 1, N, 0)
+
+    return load
+
+
+def make_forward_candidate(warps: int, sets: int, rows: int, has_bias: bool, vec: int, pipe: bool, stages: int,
+                           x_ld: str, bg_ld: str, store: int, st_q: str, bg: str = "regs", maxreg: int = 0,
+                           pf: int = 0, l2: int = 0, exact: int = 0):
+    """A candidate kernel (see _VARIANTS): version 2's layout for blocks of `warps` warps holding up to `sets` sets
+    of each of `rows` rows (pipe: one row at a time through `stages` stages). store > 4 needs vec and rows whose
+    codes are store-byte aligned; pipe needs vec (cp.async copies 16 aligned bytes). exact: the layout covers the
+    row exactly (N = warps * sets * 512, vec), so no access needs a bound: no compares, clamps or selects, each
+    access one base address plus a constant (the timed widths, 1024 and 7168, are such rows)."""
+    cvt_x2 = CVT_X2["e4m3"]
+    nvals = sets * SET_VALUES
+    nbias = nvals if has_bias else 1
+    keep = pipe and bg == "regs"  # b and g in registers for all of a block's rows
+    staged = pipe and bg == "smem"  # b and g in shared memory after the ring
+    set_stride = warps * TILES_PER_SET * TILE  # elements between a thread's sets
+    set_words = set_stride // 4
+    span = sets * set_stride  # floats of one ring stage (the block's layout of a row)
+    b_at = stages * span  # staged: where b starts in shared memory (floats), then g
+    g_at = b_at + (span if has_bias else 0)
+    poison4 = np.uint32(POISON_CODE * 0x01010101)
+    load_x = _row_loader(ptx.ld_global_v4_f32_hint(x_ld))
+    load_bg = _row_loader(ptx.ld_global_v4_f32_hint(bg_ld, volatile=pipe))  # in a loop: not hoisted out of it
+    st2 = ptx.st_global_u32_hint(2, st_q)
+    st4 = ptx.st_global_u32_hint(4, st_q)
+    wait = ptx.cp_async_wait_group(stages - 1)
+    ld_smem = ptx.ld_shared_v4_f32_1d
+    cp16 = ptx.cp_async_16
+    commit = ptx.cp_async_commit
+    words_per_tile = TILE // 4
+    q_step = LANES * 4  # elements between a lane's float4s in a tile
+    prefetch = ptx.prefetch_l2_bulk
+    pf = pf if vec and not pipe else 0  # a bulk prefetch needs 16-byte aligned rows of a multiple of 16 bytes
+
+    @cuda.jit(device=True)
+    def pack4(z0, z1, z2, z3):
+        """Four E4M3 codes in a little-endian uint32 (z0 in the low byte): two cvt.rn.satfinite.e4m3x2.f32."""
+        return np.uint32(cvt_x2(z1, z0)) | (np.uint32(cvt_x2(z3, z2)) << np.uint32(16))
+
+    @cuda.jit(**({"max_registers": maxreg} if maxreg and not runtime.IS_SIM else {}))  # the simulator has none
+    def norm_quant_candidate(x, xb, b, g, bb, gb, codes, codes4, scales, rstd, ahead):
+        """x (M, N); b, g (1, N) views; pipe: xb, bb, gb the same viewed as bytes (for cp.async); codes4: codes as
+        uint32 (M, N/4) where vec; ahead (pf): rows between a block's first row and the first it prefetches."""
+        y = cuda.local.array((rows, nvals), np.float32)  # registers: constant indices once loops are unrolled
+        bv = cuda.local.array(nbias, np.float32)
+        gv = cuda.local.array(nvals if keep else SET_VALUES, np.float32)  # keep: all of the thread's g; else a set's
+        ssq = cuda.local.array(rows, np.float32)
+        slots = cuda.shared.array((2, rows, 32), np.float32)  # two buffers: one barrier per row group
+        smem = cuda.shared.array(0, _F32T)  # pipe: the ring (stages x span floats), then b and g where staged
+        M, N = x.shape
+        ntiles = scales.shape[1]
+        lane = cuda.threadIdx.x % WARP_SIZE
+        warp = cuda.threadIdx.x // WARP_SIZE
+        sub = lane // LANES
+        gl = lane % LANES
+        tile0 = warp * TILES_PER_SET + sub
+        first = tile0 * TILE + gl * 4  # the thread's first element: then + s * set_stride + q * q_step
+        fw = tile0 * words_per_tile + gl  # the same as a word of codes4: then + s * set_words + q * LANES
+        grid = cuda.gridDim.x
+        grp = cuda.blockIdx.x
+        if keep:
+            for s in range(sets):  # b and g once per block, for all of its rows
+                for q in range(4):
+                    i = s * SET_VALUES + 4 * q
+                    c = first + s * set_stride + q * q_step
+                    if has_bias:
+                        bv[i], bv[i + 1], bv[i + 2], bv[i + 3] = load_bg(b, 0, c, N, vec, exact or s < sets - 1)
+                    gv[i], gv[i + 1], gv[i + 2], gv[i + 3] = load_bg(g, 0, c, N, vec, exact or s < sets - 1)
+        if pf and cuda.threadIdx.x == 0:
+            for r in range(rows):
+                pr = grp * rows + ahead + r
+                if pr < M:
+                    prefetch(x, pr, 0, N * 4)
+        if pipe and l2 and cuda.threadIdx.x == 0:
+            for p in range(stages - 1, stages - 1 + l2):  # the l2 rows after the ring's first ones
+                pr = grp + p * grid
+                if pr < M:
+                    prefetch(x, pr, 0, N * 4)
+        if pipe:
+            for p in range(stages - 1):  # prologue: the first stages - 1 rows in flight (staged b and g too)
+                pr = grp + p * grid
+                for s in range(sets):
+                    for q in range(4):
+                        c = first + s * set_stride + q * q_step
+                        ok = exact or c < N  # else zero-filled: zeros past N, as version 2's registers
+                        cc = (c if ok else 0) * 4
+                        cp16(smem, (p * span + c) * 4, xb, pr if pr < M else 0, cc, 16 if ok and pr < M else 0)
+                        if staged and p == 0:
+                            if has_bias:
+                                cp16(smem, (b_at + c) * 4, bb, 0, cc, 16 if ok else 0)
+                            cp16(smem, (g_at + c) * 4, gb, 0, cc, 16 if ok else 0)
+                commit()
+        stage = 0
+        par = 0
+        while grp * rows < M:  # block-uniform: every thread reaches every barrier and shuffle
+            m0 = grp * rows
+            if pipe:
+                if l2 and cuda.threadIdx.x == 0:
+                    pr = grp + (stages - 1 + l2) * grid
+                    if pr < M:
+                        prefetch(x, pr, 0, N * 4)
+                pr = grp + (stages - 1) * grid  # the row stages - 1 ahead, into the stage read last time
+                pst = stage - 1 if stage > 0 else stages - 1
+                for s in range(sets):
+                    for q in range(4):
+                        c = first + s * set_stride + q * q_step
+                        ok = exact or c < N
+                        cp16(smem, (pst * span + c) * 4, xb, pr if pr < M else 0, (c if ok else 0) * 4,
+                             16 if ok and pr < M else 0)
+                commit()
+                wait()  # this thread's copies of row m0 have landed (it reads only what it copied: no barrier)
+                for s in range(sets):
+                    for q in range(4):
+                        i = s * SET_VALUES + 4 * q
+                        k = first + s * set_stride + q * q_step
+                        y[0, i], y[0, i + 1], y[0, i + 2], y[0, i + 3] = ld_smem(smem, stage * span + k)
+                        if staged and has_bias:
+                            bv[i], bv[i + 1], bv[i + 2], bv[i + 3] = ld_smem(smem, b_at + k)
+                        elif has_bias and not keep:
+                            bv[i], bv[i + 1], bv[i + 2], bv[i + 3] = load_bg(b, 0, k, N, vec, exact or s < sets - 1)
+                if has_bias:
+                    for i in range(nvals):
+                        y[0, i] += bv[i]
+            else:
+                for r in range(rows):  # every load issued before any value is used
+                    mr = min(m0 + r, M - 1)  # rows past M read the last row again; nothing of them is written
+                    for s in range(sets):
+                        for q in range(4):
+                            i = s * SET_VALUES + 4 * q
+                            c = first + s * set_stride + q * q_step
+                            y[r, i], y[r, i + 1], y[r, i + 2], y[r, i + 3] = load_x(x, mr, c, N, vec,
+                                                                                    exact or s < sets - 1)
+                if has_bias:
+                    for s in range(sets):
+                        for q in range(4):
+                            i = s * SET_VALUES + 4 * q
+                            c = first + s * set_stride + q * q_step
+                            bv[i], bv[i + 1], bv[i + 2], bv[i + 3] = load_bg(b, 0, c, N, vec,
+                                                                             exact or s < sets - 1)
+                    for r in range(rows):
+                        for i in range(nvals):
+                            y[r, i] += bv[i]
+            # rstd of each row: block_sum's order (warp_sum, then the warps' sums by warp_sum)
+            for r in range(rows):
+                acc = _ZERO
+                for i in range(nvals):
+                    acc += y[r, i] * y[r, i]
+                ssq[r] = warp_sum(acc)
+            if warps > 1:
+                if lane == 0:
+                    for r in range(rows):
+                        slots[par, r, warp] = ssq[r]
+                cuda.syncthreads()
+                for r in range(rows):
+                    ssq[r] = warp_sum(slots[par, r, lane] if lane < warps else _ZERO)
+                par ^= 1
+            for r in range(rows):
+                ssq[r] = np.float32(_ONE / math.sqrt(ssq[r] / np.float32(N) + EPS))  # now rstd
+                if cuda.threadIdx.x == 0 and m0 + r < M:
+                    rstd[m0 + r] = ssq[r]
+            for s in range(sets):
+                ts = warp + s * warps
+                if exact or ts * TILES_PER_SET < ntiles:  # warp-uniform
+                    tk = ts * TILES_PER_SET + sub
+                    c0 = first + s * set_stride
+                    w0s = fw + s * set_words
+                    if not keep:
+                        for q in range(4):
+                            if staged:
+                                gv[4 * q], gv[4 * q + 1], gv[4 * q + 2], gv[4 * q + 3] = ld_smem(
+                                    smem, g_at + c0 + q * q_step)
+                            else:
+                                gv[4 * q], gv[4 * q + 1], gv[4 * q + 2], gv[4 * q + 3] = load_bg(
+                                    g, 0, c0 + q * q_step, N, vec, exact or s < sets - 1)
+                    for r in range(rows):
+                        m = m0 + r
+                        if m < M:  # block-uniform
+                            amax = _ZERO
+                            bad = _ZERO  # stays 0 unless some z is NaN or +-Inf: poisons the tile
+                            for j in range(SET_VALUES):
+                                i = s * SET_VALUES + j
+                                y[r, i] = y[r, i] * ssq[r] * gv[(s * SET_VALUES + j) if keep else j]
+                                amax = max(amax, abs(y[r, i]))
+                                bad += y[r, i] * _ZERO
+                            amax += bad
+                            off = LANES // 2
+                            while off > 0:  # xor partners stay inside the tile's 8 lanes
+                                amax = nanmax(amax, shfl_xor_sync(FULL_MASK, amax, off))
+                                off //= 2
+                            scale, inv = amax_scale(amax, _E4M3_MAX)
+                            i0 = s * SET_VALUES
+                            w0 = poison4
+                            w1 = poison4
+                            w2 = poison4
+                            w3 = poison4
+                            if inv == inv:
+                                w0 = pack4(y[r, i0] * inv, y[r, i0 + 1] * inv, y[r, i0 + 2] * inv,
+                                           y[r, i0 + 3] * inv)
+                                w1 = pack4(y[r, i0 + 4] * inv, y[r, i0 + 5] * inv, y[r, i0 + 6] * inv,
+                                           y[r, i0 + 7] * inv)
+                                w2 = pack4(y[r, i0 + 8] * inv, y[r, i0 + 9] * inv, y[r, i0 + 10] * inv,
+                                           y[r, i0 + 11] * inv)
+                                w3 = pack4(y[r, i0 + 12] * inv, y[r, i0 + 13] * inv, y[r, i0 + 14] * inv,
+                                           y[r, i0 + 15] * inv)
+                            mu = np.uint64(m)  # unsigned indices: no negative-index wrap-around code
+                            if store == 4:
+                                if exact or tk < ntiles:
+                                    for q in range(4):
+                                        c = c0 + q * q_step
+                                        word = w0 if q == 0 else w1 if q == 1 else w2 if q == 2 else w3
+                                        if exact or c < N:
+                                            if vec:
+                                                codes4[mu, np.uint64(w0s + q * LANES)] = word
+                                            else:
+                                                for e in range(4):
+                                                    if c + e < N:
+                                                        codes[m, c + e] = np.uint8((word >> np.uint32(8 * e))
+                                                                                   & np.uint32(0xFF))
+                            else:
+                                # word q of this lane is word 8 q + gl of the tile. Round 1 (xor 1): an even lane
+                                # keeps words q = 0, 2 and takes its partner's, an odd lane q = 1, 3: pairs A at
+                                # word pa (and pa + 1) and B at pa + 16, pa = 8 (gl & 1) + (gl & 6).
+                                odd = (gl & 1) != 0
+                                ra = _shfl_u32(w0 if odd else w1, 1)
+                                rb = _shfl_u32(w2 if odd else w3, 1)
+                                a0 = ra if odd else w0
+                                a1 = w1 if odd else ra
+                                b0 = rb if odd else w2
+                                b1 = w3 if odd else rb
+                                pa = tk * words_per_tile + 8 * (gl & 1) + (gl & 6)
+                                if store == 8:
+                                    if exact or tk < ntiles:
+                                        if exact or pa * 4 < N:
+                                            st2(codes4, mu, pa, a0, a1)
+                                        if exact or (pa + 16) * 4 < N:
+                                            st2(codes4, mu, pa + 16, b0, b1)
+                                else:
+                                    # Round 2 (xor 2): lanes with gl & 2 == 0 keep A and take the partner's A
+                                    # (the next two words), the others keep B and take the partner's B (the two
+                                    # before): 16 bytes at word 8 (gl & 1) + (gl & 4) + 16 (gl >> 1 & 1).
+                                    hi = (gl & 2) != 0
+                                    r0 = _shfl_u32(a0 if hi else b0, 2)
+                                    r1 = _shfl_u32(a1 if hi else b1, 2)
+                                    start = pa + 14 if hi else pa
+                                    if exact or (tk < ntiles and start * 4 < N):
+                                        if hi:
+                                            st4(codes4, mu, start, r0, r1, b0, b1)
+                                        else:
+                                            st4(codes4, mu, start, a0, a1, r0, r1)
+                            if (exact or tk < ntiles) and gl == 0:
+                                scales[mu, np.uint64(tk)] = scale
+            if not pipe:
+                break  # one row group per block: no loop for the compiler to keep registers across
+            grp += grid
+            stage = stage + 1 if stage < stages - 1 else 0
+
+    return norm_quant_candidate
+
+
+def _candidate_setup(name: str, x, b, g, codes):
+    """(kernel, grid, threads, shared bytes, args but scales and rstd) of candidate `name` for these arrays (grid:
+    for non-pipe candidates), or None where it does not apply (pipe needs 16-byte rows; version 2 runs then)."""
+    if name not in _VARIANTS:
+        raise ValueError(f"name must be one of {tuple(_VARIANTS)}, got {name!r}")
+    o = dict(_CANDIDATE_DEFAULTS, **_VARIANTS[name])
+    M, N = x.shape
+    has_bias = b is not None
+    b2 = (b if has_bias else g).reshape(1, N)
+    g2 = g.reshape(1, N)
+    vec = int(vec_ok(x, 16) and vec_ok(g2, 16) and vec_ok(b2, 16) and vec_ok(codes, 4))
+    if o["pipe"] and not vec:
+        return None
+    store = o["store"] if vec and vec_ok(codes, o["store"]) else 4
+    nsets = -(-(-(-N // TILE)) // TILES_PER_SET)
+    warps = min(MAX_THREADS // WARP_SIZE, -(-nsets // o["sets"]))
+    sets = -(-nsets // warps)
+    rows = 1 if o["pipe"] else o["rows"]
+    exact = int(vec and warps * sets * TILES_PER_SET * TILE == N)
+    key = (warps, sets, rows, has_bias, vec, o["pipe"], o["stages"], o["x_ld"], o["bg_ld"], store, o["st_q"],
+           o["bg"], o["maxreg"], o["pf"], o["l2"], exact)
+    kernel = runtime.cached(("norm_quant.candidate",) + key, lambda: make_forward_candidate(*key))
+    codes4 = codes.view(np.uint32) if vec else runtime.unused_array(np.uint32)
+    unused = runtime.unused_array(np.uint8)
+    span = sets * warps * TILES_PER_SET * TILE
+    smem = 0
+    if o["pipe"]:
+        smem = 4 * span * (o["stages"] + (1 + has_bias if o["bg"] == "smem" else 0))
+    bytes_of = (lambda a: a.view(np.uint8)) if o["pipe"] else (lambda a: unused)
+    return kernel, -(-M // rows), warps * WARP_SIZE, smem, (x, bytes_of(x), b2, g2, bytes_of(b2), bytes_of(g2),
+                                                            codes, codes4)
+
+
+def _forward_candidate(name: str, x, b, g, codes, scales, rstd, *, grid: int | None = None) -> None:
+    """forward (no z) through candidate `name` of _VARIANTS; version 2 where the candidate does not apply.
+    grid: pipe candidates' blocks (None: as many as are resident at once, `_resident_blocks`)."""
+    M, N = _check_x(x)
+    if b is not None:
+        _device("b", b, np.float32, (N,))
+    _device("g", g, np.float32, (N,))
+    _device("codes", codes, np.uint8, (M, N))
+    _device("scales", scales, np.float32, (M, -(-N // TILE)))
+    _device("rstd", rstd, np.float32, (M,))
+    setup = _candidate_setup(name, x, b, g, codes)
+    if setup is None:
+        forward(x, b, g, codes, scales, rstd, version=2)
+        return
+    kernel, rows_grid, threads, smem, args = setup
+    o = dict(_CANDIDATE_DEFAULTS, **_VARIANTS[name])
+    ahead = 0
+    if o["pf"]:  # the rows that blocks launched pf waves (all the blocks resident at once) later will take
+        ahead = o["pf"] * o["rows"] * _resident_blocks(kernel, threads, 0, args + (scales, rstd, 0))
+    args = args + (scales, rstd, ahead)
+    if smem:
+        grid = grid or _resident_blocks(kernel, threads, smem, args)
+        runtime.launch_with_shared(kernel, min(grid, M), threads, smem, *args)
+    else:
+        kernel[rows_grid, threads](*args)
+
+
+_RESIDENT: dict = {}
+
+
+def _resident_blocks(kernel, threads: int, smem: int, args) -> int:
+    """Blocks of `kernel` that fit on the GPU at once (the driver's occupancy calculator, with smem bytes of
+    dynamic shared memory; asked once per kernel and size); SIM_RESIDENT under the simulator."""
+    if runtime.IS_SIM:
+        return SIM_RESIDENT
+    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    key = (id(compiled), threads, smem)
+    if key not in _RESIDENT:
+        runtime.allow_dynamic_shared(kernel, args, smem)  # above 48 KiB the query needs the opt-in too
+        _RESIDENT[key] = max(1, compiled.max_cooperative_grid_blocks(threads, smem))
+    return _RESIDENT[key]
 
 
 # ----------------------------------------------------------------------------------------------------------------
