@@ -105,6 +105,48 @@ def test_block_sizes():
     assert nq.backward_threads(8193) == 256
 
 
+# ------------------------------------------------------------------------------------------ version-3 candidates
+
+CANDIDATE_SMALL = [(9, 400, True), (3, 129, False), (5, 1024, True), (4, 1552, False), (3, 512, False)]
+"""(M, N, bias): 400 ends in a partial tile and takes the 16-byte code stores (N % 16 == 0), 129 the scalar path
+(pipe candidates run version 2 there), 1024 and 512 rows the layout covers exactly (no bounds code; 1024 with a
+NaN in row 1), 1552 a partial set over several warps. Under the simulator pipe candidates run 2 blocks, so that
+each takes several rows around its ring; 9 rows wrap a ring of 2 or 3 stages."""
+CANDIDATE_BIG = [(4099, 7168, True), (1027, 7172, False), (2053, 1024, False)]
+
+
+def launch_candidate(name, x, b, g):
+    M, N = x.shape
+    codes, scales = poisoned((M, N), np.uint8), poisoned((M, -(-N // 128)), np.float32)
+    rstd = poisoned(M, np.float32)
+    nq._forward_candidate(name, *to_device(x, b, g), codes, scales, rstd)
+    return codes.copy_to_host(), scales.copy_to_host(), rstd.copy_to_host(), None
+
+
+@pytest.mark.parametrize("name", list(nq._VARIANTS))
+def test_candidates_bit_exact(rng, name):
+    """Every candidate of _VARIANTS (the sweep times them against version 2) meets version 2's spec."""
+    for M, N, bias in CANDIDATE_SMALL:
+        x, b, g, _ = nq.make_inputs(rng, M, N, bias)
+        if N == 1024:
+            x[1, 7] = np.nan  # poisons row 1 only
+        check_forward(x, b, g, *launch_candidate(name, x, b, g))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(nq._VARIANTS))
+@pytest.mark.parametrize("shape", CANDIDATE_BIG, ids=lambda s: "x".join(map(str, s[:2])))
+def test_candidates_bit_exact_gpu(rng, name, shape):
+    M, N, bias = shape
+    x, b, g, _ = nq.make_inputs(rng, M, N, bias)
+    check_forward(x, b, g, *launch_candidate(name, x, b, g))
+
+
+def test_candidate_names():
+    with pytest.raises(ValueError, match=r"name must be one of \('pf1', .*\), got 'v9'"):
+        nq._candidate_setup("v9", None, None, None, None)
+
+
 # ------------------------------------------------------------------------------------------------------ backward
 
 
