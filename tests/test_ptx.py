@@ -576,68 +576,48 @@ def test_bitcasts_hardware_random_patterns(rng):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Hinted vector loads, vector stores, 1-D shared loads, L2 bulk prefetch: the hints move no value
+# The read-only-path load, 1-D shared loads, L2 bulk prefetch (norm_quant version 3): they move every bit
 # ---------------------------------------------------------------------------------------------------------------
 
-
-def _make_vector_access_kernel(ld_q: str, st_q: str):
-    """Thread t of row i: x[i, 4t:4t+4] through ld.global<ld_q>.v4.f32 (volatile too), into dynamic shared memory
-    by plain stores and back by ld_shared_v4_f32_1d; written as words to out4 by st.global<st_q>.v4.b32 and to
-    out2 by two st.global<st_q>.v2.b32; thread 0 prefetches the row into L2 first."""
-    ld = ptx.ld_global_v4_f32_hint(ld_q)
-    ldv = ptx.ld_global_v4_f32_hint(ld_q, volatile=True)
-    st2 = ptx.st_global_u32_hint(2, st_q)
-    st4 = ptx.st_global_u32_hint(4, st_q)
-    f32 = runtime.numba_type("float32")
-
-    @cuda.jit
-    def vector_access_kernel(x, out4, out2, outv):
-        smem = cuda.shared.array(0, f32)
-        i = cuda.blockIdx.x
-        t = cuda.threadIdx.x
-        if t == 0:
-            ptx.prefetch_l2_bulk(x, i, 0, x.shape[1] * 4)
-        a0, a1, a2, a3 = ld(x, i, 4 * t)
-        smem[4 * t] = a0
-        smem[4 * t + 1] = a1
-        smem[4 * t + 2] = a2
-        smem[4 * t + 3] = a3
-        cuda.syncthreads()
-        k = 4 * (cuda.blockDim.x - 1 - t)  # another thread's float4: the shared load crosses threads
-        b0, b1, b2, b3 = ptx.ld_shared_v4_f32_1d(smem, k)
-        st4(out4, i, k, ptx.f32_as_u32(b0), ptx.f32_as_u32(b1), ptx.f32_as_u32(b2), ptx.f32_as_u32(b3))
-        st2(out2, i, 4 * t, ptx.f32_as_u32(a0), ptx.f32_as_u32(a1))
-        st2(out2, i, 4 * t + 2, ptx.f32_as_u32(a2), ptx.f32_as_u32(a3))
-        c0, c1, c2, c3 = ldv(x, i, 4 * t)
-        outv[i, 4 * t] = c0
-        outv[i, 4 * t + 1] = c1
-        outv[i, 4 * t + 2] = c2
-        outv[i, 4 * t + 3] = c3
-
-    return vector_access_kernel
+F32 = runtime.numba_type("float32")
 
 
-@pytest.mark.parametrize("ld_q", ptx.LD_HINTS)
-def test_hinted_loads_vector_stores_and_prefetch_move_every_bit(rng, ld_q):
-    """Every load hint with a store hint: the same bits come back (NaN payloads too), on both backends."""
-    st_q = ptx.ST_HINTS[ptx.LD_HINTS.index(ld_q) % len(ptx.ST_HINTS)]
+@cuda.jit
+def row_access_kernel(x, out, outs):
+    """Thread t of row i: x[i, 4t:4t+4] through ld_global_nc_v4_f32 to out (inside a loop over two passes, as
+    version 3 loads it) and into dynamic shared memory by plain stores, back by ld_shared_v4_f32_1d from another
+    thread's float4 to outs; thread 0 prefetches the row into L2 first."""
+    smem = cuda.shared.array(0, F32)
+    i = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    if t == 0:
+        ptx.prefetch_l2_bulk(x, i, 0, x.shape[1] * 4)
+    for _ in range(2):
+        a0, a1, a2, a3 = ptx.ld_global_nc_v4_f32(x, i, 4 * t)
+        out[i, 4 * t] = a0
+        out[i, 4 * t + 1] = a1
+        out[i, 4 * t + 2] = a2
+        out[i, 4 * t + 3] = a3
+    smem[4 * t] = a0
+    smem[4 * t + 1] = a1
+    smem[4 * t + 2] = a2
+    smem[4 * t + 3] = a3
+    cuda.syncthreads()
+    k = 4 * (cuda.blockDim.x - 1 - t)
+    b0, b1, b2, b3 = ptx.ld_shared_v4_f32_1d(smem, k)
+    outs[i, k] = b0
+    outs[i, k + 1] = b1
+    outs[i, k + 2] = b2
+    outs[i, k + 3] = b3
+
+
+def test_nc_load_shared_1d_load_and_prefetch_move_every_bit(rng):
+    """The same bits come back (NaN payloads, -0.0, a subnormal too), on both backends."""
     rows, cols = 3, 128
     bits = rng.integers(0, 2**32, (rows, cols), dtype=np.uint32)
     bits[0, :4] = [0x7F800001, 0xFFC00000, 0x80000000, 0x00000001]  # NaNs with payloads, -0.0, a subnormal
-    x = bits.view(np.float32)
-    out4, out2 = (cuda.to_device(np.full((rows, cols), 0xDEADBEEF, np.uint32)) for _ in range(2))
-    outv = cuda.to_device(np.full((rows, cols), 0xDEADBEEF, np.uint32).view(np.float32))
-    runtime.launch_with_shared(_make_vector_access_kernel(ld_q, st_q), rows, cols // 4, cols * 4,
-                               cuda.to_device(x), out4, out2, outv)
-    assert np.array_equal(out4.copy_to_host(), bits), f"ld{ld_q} / ld.shared 1-D / st{st_q}.v4"
-    assert np.array_equal(out2.copy_to_host(), bits), f"ld{ld_q} / st{st_q}.v2"
-    assert np.array_equal(outv.copy_to_host().view(np.uint32), bits), f"volatile ld{ld_q}"
-
-
-def test_hint_factories_reject_unknown_qualifiers():
-    with pytest.raises(ValueError, match=r"qualifiers must be one of .*, got '\.ca'"):
-        ptx.ld_global_v4_f32_hint(".ca")
-    with pytest.raises(ValueError, match=r"qualifiers must be one of .*, got '\.wt'"):
-        ptx.st_global_u32_hint(4, ".wt")
-    with pytest.raises(ValueError, match=r"n must be 2 or 4 \(PTX vector stores of \.b32\), got 3"):
-        ptx.st_global_u32_hint(3)
+    out, outs = (cuda.to_device(np.full((rows, cols), 0xDEADBEEF, np.uint32).view(np.float32)) for _ in range(2))
+    runtime.launch_with_shared(row_access_kernel, rows, cols // 4, cols * 4, cuda.to_device(bits.view(np.float32)),
+                               out, outs)
+    assert np.array_equal(out.copy_to_host().view(np.uint32), bits), "ld.global.nc.L1::evict_last.v4.f32"
+    assert np.array_equal(outs.copy_to_host().view(np.uint32), bits), "ld.shared.v4.f32 (1-D)"

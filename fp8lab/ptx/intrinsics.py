@@ -14,10 +14,9 @@ hardware == twin bit for bit.
 | `f32_as_u32(x)`, `u32_as_f32(u)` | `mov.b32` (the same 32 bits read as uint32 / float32: no conversion, NaN payloads, -0.0 and subnormals kept) | `np.float32(x).view(np.uint32)`, `np.uint32(u).view(np.float32)` |
 | `ld_global_v4_f32(x, i, j)` | `ld.global.v4.f32` (16-byte aligned) | four scalar loads |
 | `ld_shared_v4_f32(s, i, j)`, `st_shared_v4_f32(s, i, j, ...)` | `ld/st.shared.v4.f32` (addrspacecast) | four scalar accesses |
-| `ld_global_v4_f32_hint(q)(x, i, j)` | `ld.global{q}.v4.f32`: q a cache qualifier from `LD_HINTS` (`.nc`, `.L1::no_allocate`, ...) | four scalar loads |
+| `ld_global_nc_v4_f32(x, i, j)` | `ld.global.nc.L1::evict_last.v4.f32`, volatile (data the kernel never writes, read by every row: the read-only path, kept in L1; never moved out of a loop) | four scalar loads |
 | `ld_shared_v4_f32_1d(s, k)` | `ld.shared.v4.f32` of s[k:k+4], s 1-D (dynamic shared memory is 1-D) | four scalar loads |
 | `prefetch_l2_bulk(a, i, j, nbytes)` | `cp.async.bulk.prefetch.L2.global [&a[i, j]], nbytes;` (sm_90; 16-byte aligned, nbytes a multiple of 16) | nothing (a hint) |
-| `st_global_v2_u32(a, i, j, w0, w1)`, `st_global_v4_u32(a, i, j, w0, .., w3)`, `st_global_u32_hint(n, q)` | `st.global{q}.v{2,4}.b32` (8- / 16-byte aligned) | scalar stores |
 | `mma_m16n8k32_e4m3(a0..a3, b0, b1, c0..c3)` | `mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32` (one warp) | the warp's fragments gathered, FP32 sums in k order |
 | `mma_m16n8k32(fa, fb)` | the same for any pair of E4M3/E5M2 operands | the same |
 | `shared_address(s)` | the 32-bit shared-window address of s[0] (addrspacecast + ptrtoint) | 0 (offsets are from s[0]) |
@@ -263,65 +262,6 @@ def ld_global_v4_intrinsic(instruction: str = "ld.global.v4.f32", volatile: bool
         return sig, codegen
 
     return intrinsic(ld_global_v4_f32)
-
-
-LD_HINTS = ("", ".nc", ".L1::no_allocate", ".L1::evict_first", ".L1::evict_last", ".nc.L1::no_allocate",
-            ".nc.L1::evict_last", ".L1::no_allocate.L2::256B", ".L1::evict_first.L2::256B", ".L2::256B", ".cs")
-"""Qualifiers `ld_global_v4_f32_hint` takes (PTX ISA, "ld" and "ld.global.nc"): `.nc` reads through the
-non-coherent (read-only) path, for data the kernel never writes; `.L1::evict_last` / `.L1::evict_first` set the L1
-eviction priority, `.L1::no_allocate` does not keep the line in L1 (streaming data read once); `.L2::256B` lets L2
-fetch 256 bytes around the access; `.cs` ("cache streaming") is the older evict-first hint. They change where data
-is kept, never a value: every twin is the plain load."""
-ST_HINTS = ("", ".cs", ".L1::no_allocate")
-"""Qualifiers `st_global_u32_hint` takes (PTX ISA, "st"): `.cs` streaming (likely accessed once), `.L1::no_allocate`."""
-
-
-def st_global_u32_intrinsic(n: int, instruction: str):
-    """An @intrinsic `st(a, i, j, w0, .., w{n-1})`: n uint32 words to a[i, j:j+n] in one vector store (GPU only).
-
-    a: a 2-D uint32 array in global memory; the address of a[i, j] must be aligned to 4n bytes (the PTX ISA requires
-    vector accesses to be aligned to their full size). instruction: e.g. "st.global.v4.b32". No bounds check. The
-    asm has side effects (it has no output the compiler could see used), so it is never dropped or merged.
-    """
-    from llvmlite import ir
-    from numba.cuda import cgutils, types
-    from numba.cuda.extending import intrinsic
-
-    if n not in (2, 4):
-        raise ValueError(f"n must be 2 or 4 (PTX vector stores of .b32), got {n!r}")
-
-    def typer(a, i, j, words):
-        if not (isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.uint32
-                and isinstance(i, types.Integer) and isinstance(j, types.Integer)
-                and all(isinstance(w, types.Integer) for w in words)):
-            return None
-        sig = types.void(a, i, j, *words)
-
-        def codegen(context, builder, sig, args):
-            aty, ity, jty = sig.args[:3]
-            ary = context.make_array(aty)(context, builder, value=args[0])
-            inds = [context.cast(builder, args[1], ity, types.intp), context.cast(builder, args[2], jty, types.intp)]
-            ptr = cgutils.get_item_pointer(context, builder, aty, ary, inds)
-            i32 = ir.IntType(32)
-            vals = [builder.trunc(v, i32) if t.bitwidth > 32 else builder.zext(v, i32) if t.bitwidth < 32 else v
-                    for v, t in zip(args[3:], sig.args[3:])]
-            regs = ", ".join(f"${k + 1}" for k in range(n))
-            _asm(builder, ir.VoidType(), [ptr.type] + [i32] * n, f"{instruction} [$0], {{{regs}}};",
-                 "l" + ",r" * n, [ptr] + vals)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    if n == 2:
-        def st_global_u32(typingctx, a, i, j, w0, w1):
-            return typer(a, i, j, (w0, w1))
-    else:
-        def st_global_u32(typingctx, a, i, j, w0, w1, w2, w3):
-            return typer(a, i, j, (w0, w1, w2, w3))
-
-    name = "st_global_u32_" + instruction.replace(".", "_").replace(":", "_")
-    st_global_u32.__name__ = st_global_u32.__qualname__ = name
-    return intrinsic(st_global_u32)
 
 
 def prefetch_l2_intrinsic():
@@ -840,20 +780,6 @@ def _twin_prefetch_l2_bulk(a, i, j, nbytes):
     return None
 
 
-def _twin_st_global_v2_u32(a, i, j, w0, w1):
-    """Twin of st.global.v2.b32: two scalar stores."""
-    a[i, j] = w0
-    a[i, j + 1] = w1
-
-
-def _twin_st_global_v4_u32(a, i, j, w0, w1, w2, w3):
-    """Twin of st.global.v4.b32: four scalar stores."""
-    a[i, j] = w0
-    a[i, j + 1] = w1
-    a[i, j + 2] = w2
-    a[i, j + 3] = w3
-
-
 def _sum_in_order(c, products):
     """c + products[..., 0] + products[..., 1] + ... in float32, one rounding per addition, left to right (what the
     twins promise: the reference's k order). np.add.accumulate is sequential, unlike np.sum's pairwise sum; the
@@ -967,8 +893,7 @@ if HARDWARE:
     globaltimer_ns = globaltimer_intrinsic()
     f32_as_u32, u32_as_f32 = bitcast_intrinsics()
     ld_global_v4_f32 = ld_global_v4_intrinsic()
-    st_global_v2_u32 = st_global_u32_intrinsic(2, "st.global.v2.b32")
-    st_global_v4_u32 = st_global_u32_intrinsic(4, "st.global.v4.b32")
+    ld_global_nc_v4_f32 = ld_global_v4_intrinsic("ld.global.nc.L1::evict_last.v4.f32", volatile=True)
     ld_shared_v4_f32, st_shared_v4_f32 = shared_v4_intrinsics()
     ld_shared_v4_f32_1d = ld_shared_v4_1d_intrinsic()
     prefetch_l2_bulk = prefetch_l2_intrinsic()
@@ -985,8 +910,7 @@ else:
     f32_as_u32 = cuda.jit(device=True)(_twin_f32_as_u32)
     u32_as_f32 = cuda.jit(device=True)(_twin_u32_as_f32)
     ld_global_v4_f32 = cuda.jit(device=True)(_twin_ld_global_v4_f32)
-    st_global_v2_u32 = cuda.jit(device=True)(_twin_st_global_v2_u32)
-    st_global_v4_u32 = cuda.jit(device=True)(_twin_st_global_v4_u32)
+    ld_global_nc_v4_f32 = cuda.jit(device=True)(_twin_ld_global_v4_f32)
     ld_shared_v4_f32 = cuda.jit(device=True)(_twin_ld_shared_v4_f32)
     ld_shared_v4_f32_1d = cuda.jit(device=True)(_twin_ld_shared_v4_f32_1d)
     prefetch_l2_bulk = cuda.jit(device=True)(_twin_prefetch_l2_bulk)
@@ -1016,33 +940,6 @@ def cp_async_wait_group(n: int):
     if HARDWARE:
         return barrier_intrinsic(f"cp.async.wait_group {int(n)};", f"cp_async_wait_group_{int(n)}")
     return cuda.jit(device=True)(_twin_noop)
-
-
-@functools.lru_cache(maxsize=None)
-def ld_global_v4_f32_hint(qualifiers: str = "", volatile: bool = False):
-    """`ld_global_v4_f32` with cache qualifiers: `ld.global<qualifiers>.v4.f32` (one of `LD_HINTS`), or the twin;
-    volatile: never moved out of a loop (ld_global_v4_intrinsic)."""
-    if qualifiers not in LD_HINTS:
-        raise ValueError(f"qualifiers must be one of {LD_HINTS}, got {qualifiers!r}")
-    if not qualifiers and not volatile:
-        return ld_global_v4_f32
-    if HARDWARE:
-        return ld_global_v4_intrinsic(f"ld.global{qualifiers}.v4.f32", volatile=bool(volatile))
-    return cuda.jit(device=True)(_twin_ld_global_v4_f32)
-
-
-@functools.lru_cache(maxsize=None)
-def st_global_u32_hint(n: int, qualifiers: str = ""):
-    """`st_global_v2_u32` (n = 2) or `st_global_v4_u32` (n = 4) with cache qualifiers (one of `ST_HINTS`)."""
-    if n not in (2, 4):
-        raise ValueError(f"n must be 2 or 4 (PTX vector stores of .b32), got {n!r}")
-    if qualifiers not in ST_HINTS:
-        raise ValueError(f"qualifiers must be one of {ST_HINTS}, got {qualifiers!r}")
-    if not qualifiers:
-        return st_global_v2_u32 if n == 2 else st_global_v4_u32
-    if HARDWARE:
-        return st_global_u32_intrinsic(n, f"st.global{qualifiers}.v{n}.b32")
-    return cuda.jit(device=True)(_twin_st_global_v2_u32 if n == 2 else _twin_st_global_v4_u32)
 
 
 @functools.lru_cache(maxsize=None)
