@@ -130,12 +130,12 @@ _DYNAMIC_SHARED: dict = {}  # (compiled kernel, device) -> the dynamic shared me
 STATIC_SHARED_LIMIT = 48 * 1024  # bytes a kernel may use without opting in (CUDA C++ Programming Guide)
 
 
-def launch_with_shared(kernel, grid, block, nbytes: int, *args, stream=0) -> None:
-    """kernel[grid, block, stream, nbytes](*args) with nbytes of dynamic shared memory (`cuda.shared.array(0, dtype)`).
-    Beyond 48 KiB a kernel must opt in (cuFuncSetAttribute, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-    up to 227 KiB per block on sm_90); numba has no option for it, so this sets the attribute on the compiled
-    kernel (numba-cuda 0.30 loads kernels as CUkernel handles: cuKernelSetAttribute, as numba's own
-    set_shared_memory_carveout does) once per kernel and size."""
+def allow_dynamic_shared(kernel, args, nbytes: int) -> None:
+    """Let `kernel` (as compiled for `args`) use nbytes of dynamic shared memory. Beyond 48 KiB a kernel must opt in
+    (cuFuncSetAttribute, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; up to 227 KiB per block on sm_90); numba
+    has no option for it, so this sets the attribute on the compiled kernel (numba-cuda 0.30 loads kernels as
+    CUkernel handles: cuKernelSetAttribute, as numba's own set_shared_memory_carveout does) once per kernel and
+    size. Nothing to do under the simulator or up to 48 KiB."""
     if not IS_SIM and nbytes > STATIC_SHARED_LIMIT:
         compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
         cufunc = compiled._codelibrary.get_cufunc()
@@ -146,6 +146,12 @@ def launch_with_shared(kernel, grid, block, nbytes: int, *args, stream=0) -> Non
             attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
             _DYNAMIC_SHARED[key] = nbytes
+
+
+def launch_with_shared(kernel, grid, block, nbytes: int, *args, stream=0) -> None:
+    """kernel[grid, block, stream, nbytes](*args) with nbytes of dynamic shared memory (`cuda.shared.array(0, dtype)`),
+    opting in beyond 48 KiB (`allow_dynamic_shared`)."""
+    allow_dynamic_shared(kernel, args, nbytes)
     kernel[grid, block, stream, nbytes](*args)
 
 

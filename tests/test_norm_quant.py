@@ -73,7 +73,8 @@ def test_forward_bit_exact(rng, version, shape):
     check_forward(x, b, g, *launch_forward(x, b, g, version, with_z=with_z))
 
 
-@pytest.mark.parametrize("version, threads, bias", [(2, 64, True), (2, 96, False), (1, 64, False)])
+@pytest.mark.parametrize("version, threads, bias", [(2, 64, True), (2, 96, False), (1, 64, False), (3, 64, True),
+                                                    (3, 96, False)])
 def test_forward_several_warps(rng, version, threads, bias):
     """Blocks of 2-3 warps (the simulator's default is one): 9 tiles = 3 sets, the last set partial and a warp
     without tiles at 96 threads; the block reduction meets in shared memory."""
@@ -103,6 +104,43 @@ def test_block_sizes():
     assert nq.forward_warps(7168) == 7 and nq.forward_warps(16384) == 16 and nq.forward_warps(16385) == 8
     assert nq.backward_threads(7168) == 448 and nq.backward_threads(8192) == 512
     assert nq.backward_threads(8193) == 256
+
+
+# ------------------------------------------------------------------------------------------------------ version 3
+
+V3_SMALL = [(9, 400, True, True), (3, 129, False, True), (5, 1024, True, False), (4, 1552, False, True),
+            (3, 512, False, False), (7, 1024, False, True)]
+"""(M, N, bias, z asked for): 400 ends in a partial tile, 129 is not a multiple of 4 (version 3 runs version 2),
+1024 and 512 rows the layout covers exactly (no bounds code; a NaN in row 1 of the 1024s), 1552 a partial set over
+several warps. Under the simulator version 3 runs 2 blocks, so that each takes several rows around its ring of 3
+stages (9 rows: 5 and 4)."""
+V3_BIG = [(4099, 7168, True), (1027, 7172, False), (2053, 1024, False), (16384, 7168, False)]
+
+
+@pytest.mark.parametrize("shape", V3_SMALL, ids=lambda s: "x".join(map(str, s[:2])) + ("-bias" if s[2] else ""))
+def test_forward3_ring(rng, shape):
+    M, N, bias, with_z = shape
+    x, b, g, _ = nq.make_inputs(rng, M, N, bias)
+    if N == 1024:
+        x[1, 7] = np.nan  # poisons row 1 only
+    codes, scales, rstd, z = launch_forward(x, b, g, 3, with_z=with_z)
+    check_forward(x, b, g, codes, scales, rstd, z)
+    if N == 1024:
+        assert np.isnan(rstd[1]) and (codes[1] == spec.POISON_CODE).all() and np.isfinite(rstd[[0, 2]]).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", V3_BIG, ids=lambda s: "x".join(map(str, s[:2])) + ("-bias" if s[2] else ""))
+def test_forward3_gpu(rng, shape):
+    M, N, bias = shape
+    x, b, g, _ = nq.make_inputs(rng, M, N, bias)
+    check_forward(x, b, g, *launch_forward(x, b, g, 3, with_z=False))
+
+
+def test_block_sizes3():
+    """One tile set per thread up to 32 warps, more sets beyond; N = 7168: 14 warps."""
+    assert nq.forward_warps3(1024) == (2, 1) and nq.forward_warps3(7168) == (14, 1)
+    assert nq.forward_warps3(16384) == (32, 1) and nq.forward_warps3(16385) == (32, 2)
 
 
 # ------------------------------------------------------------------------------------------------------ backward
@@ -189,8 +227,8 @@ def test_bad_input_forward(outs):
         nq.forward(x, b, g, codes, cuda.device_array((5, 2), np.float32), rstd)
     with pytest.raises(TypeError, match=r"codes must have dtype uint8"):
         nq.forward(x, b, g, cuda.device_array((5, 300), np.int8), scales, rstd)
-    with pytest.raises(ValueError, match=r"version must be None or an int in \(1, 2\), got 3"):
-        nq.forward(x, b, g, codes, scales, rstd, version=3)
+    with pytest.raises(ValueError, match=r"version must be None or an int in \(1, 2, 3\), got 4"):
+        nq.forward(x, b, g, codes, scales, rstd, version=4)
     with pytest.raises(TypeError, match=r"version must be"):
         nq.forward(x, b, g, codes, scales, rstd, version=True)
     with pytest.raises(ValueError, match=r"threads must be None or a multiple of 32 up to 1024, got 48"):

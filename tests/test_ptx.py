@@ -573,3 +573,51 @@ def test_bitcasts_hardware_random_patterns(rng):
     check_bitcasts(x, u, s, bits, vals)
     text = ptx.ptx_of(bitcast_kernel, BITCAST_SIGNATURE)
     assert ptx.find_instructions(text, "mov.b32"), "the kernel's PTX has no mov.b32"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The read-only-path load, 1-D shared loads, L2 bulk prefetch (norm_quant version 3): they move every bit
+# ---------------------------------------------------------------------------------------------------------------
+
+F32 = runtime.numba_type("float32")
+
+
+@cuda.jit
+def row_access_kernel(x, out, outs):
+    """Thread t of row i: x[i, 4t:4t+4] through ld_global_nc_v4_f32 to out (inside a loop over two passes, as
+    version 3 loads it) and into dynamic shared memory by plain stores, back by ld_shared_v4_f32_1d from another
+    thread's float4 to outs; thread 0 prefetches the row into L2 first."""
+    smem = cuda.shared.array(0, F32)
+    i = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    if t == 0:
+        ptx.prefetch_l2_bulk(x, i, 0, x.shape[1] * 4)
+    for _ in range(2):
+        a0, a1, a2, a3 = ptx.ld_global_nc_v4_f32(x, i, 4 * t)
+        out[i, 4 * t] = a0
+        out[i, 4 * t + 1] = a1
+        out[i, 4 * t + 2] = a2
+        out[i, 4 * t + 3] = a3
+    smem[4 * t] = a0
+    smem[4 * t + 1] = a1
+    smem[4 * t + 2] = a2
+    smem[4 * t + 3] = a3
+    cuda.syncthreads()
+    k = 4 * (cuda.blockDim.x - 1 - t)
+    b0, b1, b2, b3 = ptx.ld_shared_v4_f32_1d(smem, k)
+    outs[i, k] = b0
+    outs[i, k + 1] = b1
+    outs[i, k + 2] = b2
+    outs[i, k + 3] = b3
+
+
+def test_nc_load_shared_1d_load_and_prefetch_move_every_bit(rng):
+    """The same bits come back (NaN payloads, -0.0, a subnormal too), on both backends."""
+    rows, cols = 3, 128
+    bits = rng.integers(0, 2**32, (rows, cols), dtype=np.uint32)
+    bits[0, :4] = [0x7F800001, 0xFFC00000, 0x80000000, 0x00000001]  # NaNs with payloads, -0.0, a subnormal
+    out, outs = (cuda.to_device(np.full((rows, cols), 0xDEADBEEF, np.uint32).view(np.float32)) for _ in range(2))
+    runtime.launch_with_shared(row_access_kernel, rows, cols // 4, cols * 4, cuda.to_device(bits.view(np.float32)),
+                               out, outs)
+    assert np.array_equal(out.copy_to_host().view(np.uint32), bits), "ld.global.nc.L1::evict_last.v4.f32"
+    assert np.array_equal(outs.copy_to_host().view(np.uint32), bits), "ld.shared.v4.f32 (1-D)"

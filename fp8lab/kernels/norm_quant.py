@@ -16,6 +16,8 @@ version 1: unfused: a row kernel (one block per row, block reduction) writes z t
            kernel reads z back and quantizes it: z makes a round trip (8 more bytes per element than needed).
 version 2: fused: one block per row keeps its row in registers, reduces rstd, then computes z tile by tile, finds
            each tile's amax with warp shuffles and writes codes and scales; z reaches memory only when asked for.
+version 3: version 2's math in persistent blocks that stream rows through a shared-memory ring (cp.async), with
+           rows further ahead prefetched into L2: faster than version 2 for wide rows with a bias.
 
 How version 2 moves only the bytes that must move (x read, codes written: 5 bytes per element; b, g, scales and
 rstd are small, and b and g stay in the L2 cache), at the bandwidth of a copy:
@@ -40,6 +42,30 @@ rstd are small, and b and g stay in the L2 cache), at the bandwidth of a copy:
   stores (a flag compiled into the kernel). Elements past N are zeros in registers: they add nothing to the sum of
   squares and leave the amax of a partial last tile alone.
 
+How version 3 keeps more of x in flight (version 2 at N = 7168 with a bias: 80 registers a thread, 3 blocks of
+224 threads an SM, each with one row, and a block's loads are in flight only until its reduction starts):
+- Persistent blocks, as many as fit on the GPU at once (the occupancy calculator: 2 an SM at N = 7168): block k
+  takes rows k, k + grid, ...; each thread holds one tile set (N = 7168: 14 warps) in version 2's layout. A ring
+  of STAGES3 = 3 rows in dynamic shared memory (84 KiB at N = 7168): while a row is reduced and written, the next
+  2 are arriving by cp.async, and thread 0 asks L2 for the L2_AHEAD3 = 2 rows after those
+  (cp.async.bulk.prefetch.L2, sm_90). Each thread copies exactly the float4s it later reads, so the ring needs
+  cp.async.wait_group, not a barrier.
+- b and g are loaded per row through the read-only path with an L1 evict-last hint (ld.global.nc.L1::evict_last,
+  volatile so that the compiler does not hoist them out of the row loop: a candidate keeping them in registers for
+  all of a block's rows took 96-115 registers a thread); the block reduction uses two slot buffers, one barrier
+  per row. ptxas (CUDA 13.0, sm_90) at N = 7168: 68 registers a thread with a bias, 64 without, no spills.
+- The same z = (y * rstd) * g, amax, scale and cvt as version 2: codes, scales and z bit for bit the reference
+  given the kernel's rstd. Its rstd may differ from version 2's in the last bits (one set per thread, not two:
+  another order of additions). Rows not a multiple of 4 floats or not 16-byte aligned, and rows whose ring would
+  pass MAX_SHARED3 (N > 16384: two sets a thread), run version 2.
+Measured on an NVIDIA H200 on 2026-12-04 by a sweep of candidates against version 2 (percent of a copy timed in
+the same run, bytes = x read + codes written, x (16384, N)): N = 7168 with a bias 85.8% (version 2: 75.1%),
+without 90.6% (92.0%); N = 1024 with a bias 64.7% (74.3%), without 70.6% (81.7%). Of the other candidates timed,
+b and g in shared memory next to a ring of 2 rows reached 87.6% at N = 7168 with a bias but 84.0% without, a
+ring of 3 with them 81.6% / 82.5%, and version 2's blocks with an L2 prefetch one wave ahead 73.7% / 93.2% (68.3% /
+71.7% at N = 1024); this one is the best with a bias that keeps ~91% without. BEST stays 2: it is faster at
+N = 1024 and without a bias, which is what the capstone's language model runs (lm_engine: no bias).
+
 Backward (`backward`, one version; y = x + b is recomputed, not stored), with dot = sum_n dz * g * y per row:
     dy = rstd * g * dz - rstd^3 * y * dot / N    (dx = dy, since y = x + b; db = column sum of dy)
     gy = dz * y * rstd                            (dg = column sum of gy)
@@ -48,7 +74,7 @@ n = thread + k * threads: every warp access, load or store, is one coalesced 128
 compiled in and unsigned indices (numba adds no negative-index wrap-around to those), each is one base address
 plus a constant offset. The column sums of dx and gy are the caller's (elementwise.colsum): no atomics.
 
-Run `python -m fp8lab.kernels.norm_quant` to check both versions and the backward against the references, then
+Run `python -m fp8lab.kernels.norm_quant` to check every version and the backward against the references, then
 (on a GPU) time them against a copy and PyTorch.
 TIP: a kernel that fails only on the GPU: run it under the simulator (FP8LAB_BACKEND=sim), where `print` and pdb
 work inside kernels; keep the shape small.
@@ -61,11 +87,11 @@ import math
 import numpy as np
 
 from .. import _validate as V
-from .. import bench, runtime, spec, timing
+from .. import bench, ptx, runtime, spec, timing
 from ..ptx import ld_global_v4_f32
 from ..runtime import FULL_MASK, MAX_BLOCKS, WARP_SIZE, cuda, shfl_xor_sync
 from ..spec import FP8_MAX, GROUP_K, POISON_CODE
-from .common import CVT_X2, ENCODE_SAT, amax_scale, block_sum, load4, nanmax, vec_ok, warp_max
+from .common import CVT_X2, ENCODE_SAT, amax_scale, block_sum, load4, nanmax, vec_ok, warp_max, warp_sum
 
 EPS = spec.RMSNORM_EPS
 TILE = GROUP_K  # 1 x 128 tiles (DeepSeek-V3 activations)
@@ -263,6 +289,199 @@ def make_forward_kernel2(warps: int, sets: int, has_bias: bool, write_z: bool, v
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Version 3: persistent blocks stream rows through a shared-memory ring (cp.async), rows ahead prefetched into L2
+# ----------------------------------------------------------------------------------------------------------------
+
+STAGES3 = 3  # version 3: rows a block's ring holds (stages - 1 in flight while one is used)
+L2_AHEAD3 = 2  # version 3: rows past the ring's that a block asks L2 for
+MAX_SHARED3 = 227 * 1024  # dynamic shared memory a block may have on sm_90; a larger ring runs version 2
+SIM_RESIDENT = 2  # version 3 under the simulator: 2 blocks, so that each takes several rows around its ring
+_F32T = runtime.numba_type("float32")  # dynamic shared arrays take numba's type on both backends
+
+
+def forward_warps3(N: int) -> tuple[int, int]:
+    """Version 3's (warps, sets) for rows of N elements: one tile set per thread up to 32 warps (N = 16384), more
+    sets each beyond."""
+    nsets = -(-(-(-N // TILE)) // TILES_PER_SET)
+    warps = min(MAX_THREADS // WARP_SIZE, nsets)
+    return warps, -(-nsets // warps)
+
+
+def make_forward_kernel3(warps: int, sets: int, has_bias: bool, write_z: bool, exact: int):
+    """Version 3 for blocks of `warps` warps, each thread holding up to `sets` tile sets of a row (version 2's
+    layout); rows 16-byte aligned with N % 4 == 0 (cp.async copies 16 aligned bytes). exact: the layout covers the
+    row exactly (N = warps * sets * 512), so no access needs a bound: each one base address plus a constant."""
+    cvt_x2 = CVT_X2["e4m3"]
+    nvals = sets * SET_VALUES
+    nbias = nvals if has_bias else 1
+    set_stride = warps * TILES_PER_SET * TILE  # elements between a thread's sets
+    set_words = set_stride // 4
+    span = sets * set_stride  # floats of one ring stage (the block's layout of a row)
+    poison4 = np.uint32(POISON_CODE * 0x01010101)
+    load_bg = ptx.ld_global_nc_v4_f32  # volatile: loaded per row, not hoisted out of the row loop into registers
+    wait = ptx.cp_async_wait_group(STAGES3 - 1)
+    ld_smem = ptx.ld_shared_v4_f32_1d
+    cp16 = ptx.cp_async_16
+    commit = ptx.cp_async_commit
+    prefetch = ptx.prefetch_l2_bulk
+    q_step = LANES * 4  # elements between a lane's float4s in a tile
+
+    @cuda.jit(device=True)
+    def load_row(a, c, N, inside):
+        """a[0, c:c+4] through the read-only path, zeros past N (load4_row's clamp and select)."""
+        if inside:
+            return load_bg(a, 0, c)
+        ok = c < N
+        v0, v1, v2, v3 = load_bg(a, 0, c if ok else N - 4)
+        return (v0 if ok else _ZERO), (v1 if ok else _ZERO), (v2 if ok else _ZERO), (v3 if ok else _ZERO)
+
+    @cuda.jit(device=True)
+    def pack4(z0, z1, z2, z3):
+        """Four E4M3 codes in a little-endian uint32 (z0 in the low byte): two cvt.rn.satfinite.e4m3x2.f32."""
+        return np.uint32(cvt_x2(z1, z0)) | (np.uint32(cvt_x2(z3, z2)) << np.uint32(16))
+
+    @cuda.jit
+    def norm_quant_kernel3(x, xb, b, g, codes4, scales, rstd, z):
+        """x (M, N), xb the same as bytes (for cp.async); b, g (1, N) views; codes4 codes as uint32 (M, N/4).
+        Block k takes rows k, k + grid, k + 2 grid, ..."""
+        y = cuda.local.array(nvals, np.float32)  # registers: constant indices once loops are unrolled
+        bv = cuda.local.array(nbias, np.float32)
+        gv = cuda.local.array(SET_VALUES, np.float32)
+        slots = cuda.shared.array((2, 32), np.float32)  # two buffers: one barrier per row
+        ring = cuda.shared.array(0, _F32T)  # STAGES3 x span floats
+        M, N = x.shape
+        ntiles = scales.shape[1]
+        lane = cuda.threadIdx.x % WARP_SIZE
+        warp = cuda.threadIdx.x // WARP_SIZE
+        sub = lane // LANES
+        gl = lane % LANES
+        tile0 = warp * TILES_PER_SET + sub
+        first = tile0 * TILE + gl * 4  # the thread's first element: then + s * set_stride + q * q_step
+        fw = tile0 * (TILE // 4) + gl  # the same as a word of codes4: then + s * set_words + q * LANES
+        grid = cuda.gridDim.x
+        m = cuda.blockIdx.x
+        if cuda.threadIdx.x == 0:
+            for p in range(STAGES3 - 1, STAGES3 - 1 + L2_AHEAD3):  # the rows after the ring's first ones
+                pr = m + p * grid
+                if pr < M:
+                    prefetch(x, pr, 0, N * 4)
+        for p in range(STAGES3 - 1):  # prologue: the first stages - 1 rows in flight
+            pr = m + p * grid
+            for s in range(sets):
+                for q in range(4):
+                    c = first + s * set_stride + q * q_step
+                    ok = exact or c < N  # else zero-filled: zeros past N, as version 2's registers
+                    cp16(ring, (p * span + c) * 4, xb, pr if pr < M else 0, (c if ok else 0) * 4,
+                         16 if ok and pr < M else 0)
+            commit()
+        stage = 0
+        par = 0
+        while m < M:  # block-uniform: every thread reaches every barrier and shuffle
+            if cuda.threadIdx.x == 0:
+                pr = m + (STAGES3 - 1 + L2_AHEAD3) * grid
+                if pr < M:
+                    prefetch(x, pr, 0, N * 4)
+            pr = m + (STAGES3 - 1) * grid  # the row stages - 1 ahead, into the stage read last time
+            pst = stage - 1 if stage > 0 else STAGES3 - 1
+            for s in range(sets):
+                for q in range(4):
+                    c = first + s * set_stride + q * q_step
+                    ok = exact or c < N
+                    cp16(ring, (pst * span + c) * 4, xb, pr if pr < M else 0, (c if ok else 0) * 4,
+                         16 if ok and pr < M else 0)
+            commit()
+            wait()  # this thread's copies of row m have landed (it reads only what it copied: no barrier)
+            for s in range(sets):
+                for q in range(4):
+                    i = s * SET_VALUES + 4 * q
+                    k = first + s * set_stride + q * q_step
+                    y[i], y[i + 1], y[i + 2], y[i + 3] = ld_smem(ring, stage * span + k)
+                    if has_bias:
+                        bv[i], bv[i + 1], bv[i + 2], bv[i + 3] = load_row(b, k, N, exact or s < sets - 1)
+            if has_bias:
+                for i in range(nvals):
+                    y[i] += bv[i]
+            # rstd: block_sum's order (warp_sum, then the warps' sums by warp_sum)
+            ss = _ZERO
+            for i in range(nvals):
+                ss += y[i] * y[i]
+            ss = warp_sum(ss)
+            if warps > 1:
+                if lane == 0:
+                    slots[par, warp] = ss
+                cuda.syncthreads()
+                ss = warp_sum(slots[par, lane] if lane < warps else _ZERO)
+                par ^= 1
+            r = np.float32(_ONE / math.sqrt(ss / np.float32(N) + EPS))
+            if cuda.threadIdx.x == 0:
+                rstd[m] = r
+            for s in range(sets):
+                ts = warp + s * warps
+                if exact or ts * TILES_PER_SET < ntiles:  # warp-uniform
+                    tk = ts * TILES_PER_SET + sub
+                    c0 = first + s * set_stride
+                    for q in range(4):
+                        gv[4 * q], gv[4 * q + 1], gv[4 * q + 2], gv[4 * q + 3] = load_row(
+                            g, c0 + q * q_step, N, exact or s < sets - 1)
+                    amax = _ZERO
+                    bad = _ZERO  # stays 0 unless some z is NaN or +-Inf: poisons the tile
+                    for j in range(SET_VALUES):
+                        i = s * SET_VALUES + j
+                        y[i] = y[i] * r * gv[j]
+                        amax = max(amax, abs(y[i]))
+                        bad += y[i] * _ZERO
+                    amax += bad
+                    off = LANES // 2
+                    while off > 0:  # xor partners stay inside the tile's 8 lanes
+                        amax = nanmax(amax, shfl_xor_sync(FULL_MASK, amax, off))
+                        off //= 2
+                    scale, inv = amax_scale(amax, _E4M3_MAX)
+                    i0 = s * SET_VALUES
+                    w0 = poison4
+                    w1 = poison4
+                    w2 = poison4
+                    w3 = poison4
+                    if inv == inv:  # all four words, then the stores (as the timed kernel: fewer registers)
+                        w0 = pack4(y[i0] * inv, y[i0 + 1] * inv, y[i0 + 2] * inv, y[i0 + 3] * inv)
+                        w1 = pack4(y[i0 + 4] * inv, y[i0 + 5] * inv, y[i0 + 6] * inv, y[i0 + 7] * inv)
+                        w2 = pack4(y[i0 + 8] * inv, y[i0 + 9] * inv, y[i0 + 10] * inv, y[i0 + 11] * inv)
+                        w3 = pack4(y[i0 + 12] * inv, y[i0 + 13] * inv, y[i0 + 14] * inv, y[i0 + 15] * inv)
+                    mu = np.uint64(m)  # unsigned indices: no negative-index wrap-around code
+                    if exact or tk < ntiles:
+                        for q in range(4):
+                            c = c0 + q * q_step
+                            i = i0 + 4 * q
+                            if exact or c < N:
+                                word = w0 if q == 0 else w1 if q == 1 else w2 if q == 2 else w3
+                                codes4[mu, np.uint64(fw + s * set_words + q * LANES)] = word
+                                if write_z:
+                                    for e in range(4):
+                                        z[mu, np.uint64(c + e)] = y[i + e]
+                        if gl == 0:
+                            scales[mu, np.uint64(tk)] = scale
+            m += grid
+            stage = stage + 1 if stage < STAGES3 - 1 else 0
+
+    return norm_quant_kernel3
+
+
+_RESIDENT: dict = {}
+
+
+def _resident_blocks(kernel, threads: int, smem: int, args) -> int:
+    """Blocks of `kernel` that fit on the GPU at once (the driver's occupancy calculator, with smem bytes of
+    dynamic shared memory; asked once per kernel and size); SIM_RESIDENT under the simulator."""
+    if runtime.IS_SIM:
+        return SIM_RESIDENT
+    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    key = (id(compiled), threads, smem)
+    if key not in _RESIDENT:
+        runtime.allow_dynamic_shared(kernel, args, smem)  # above 48 KiB the query needs the opt-in too
+        _RESIDENT[key] = max(1, compiled.max_cooperative_grid_blocks(threads, smem))
+    return _RESIDENT[key]
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Backward
 # ----------------------------------------------------------------------------------------------------------------
 
@@ -320,8 +539,9 @@ def make_backward_kernel(threads: int, per_thread: int, has_bias: bool):
 VERSIONS = {
     1: "unfused: row kernel writes z, warp-per-tile kernel reads it back and quantizes",
     2: "fused: one block per row, row in registers, 8 lanes per tile, codes written directly",
+    3: "version 2's math in persistent blocks: rows stream through a cp.async shared-memory ring, L2 prefetch ahead",
 }
-BEST = 2
+BEST = 2  # version 3 is faster only for wide rows with a bias; the capstone's rows (N = 1024, no bias) favour 2
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -384,9 +604,10 @@ def forward(x, b, g, codes, scales, rstd, z=None, *, version: int = BEST, thread
     uint8 E4M3, scales (M, ceil(N/128)) float32 (dequantization factors, 1x128 tiles), rstd (M,) float32, and z
     (M, N) float32 when z is given (version 1 allocates a scratch z when it is not). Nothing else is allocated.
 
-    threads: threads per row block, a multiple of 32 (None: version 2 picks by N with `forward_warps`, version 1
-    uses THREADS1). Blocks above ANY_THREADS threads may fail to launch when each thread holds many tile sets (too
-    many registers for the block).
+    threads: threads per row block, a multiple of 32 (None: version 2 picks by N with `forward_warps`, version 3
+    with `forward_warps3`, version 1 uses THREADS1). Blocks above ANY_THREADS threads may fail to launch when each
+    thread holds many tile sets (too many registers for the block). Version 3 runs version 2 where its ring cannot
+    be used: rows not 16-byte aligned or N % 4 != 0 (cp.async copies 16 aligned bytes), or a ring over MAX_SHARED3.
     """
     version = V.version("version", version, VERSIONS, default=BEST)
     threads = _check_threads(threads)
@@ -415,9 +636,26 @@ def forward(x, b, g, codes, scales, rstd, z=None, *, version: int = BEST, thread
     b2 = (b if has_bias else g).reshape(1, N)  # (1, N) views: read 16 bytes at a time
     g2 = g.reshape(1, N)
     vec = int(vec_ok(x, 16) and vec_ok(g2, 16) and vec_ok(b2, 16) and vec_ok(codes, 4))
+    write_z = z is not None
+    if version == 3 and vec:
+        runtime.require_capability("cp.async.bulk.prefetch.L2, which needs compute capability 9.0 or newer",
+                                   version, lambda cc: cc >= (9, 0))
+        warps, sets = forward_warps3(N)
+        if threads:
+            warps = threads // WARP_SIZE
+            sets = -(-(-(-scales.shape[1] // TILES_PER_SET)) // warps)
+        smem = 4 * STAGES3 * sets * warps * TILES_PER_SET * TILE
+        if smem <= MAX_SHARED3:
+            exact = int(warps * sets * TILES_PER_SET * TILE == N)
+            kernel = runtime.cached(("norm_quant.forward3", warps, sets, has_bias, write_z, exact),
+                                    lambda: make_forward_kernel3(warps, sets, has_bias, write_z, exact))
+            args = (x, x.view(np.uint8), b2, g2, codes.view(np.uint32), scales, rstd,
+                    z if write_z else runtime.unused_array(np.float32))
+            blocks = min(M, _resident_blocks(kernel, warps * WARP_SIZE, smem, args))
+            runtime.launch_with_shared(kernel, blocks, warps * WARP_SIZE, smem, *args)
+            return
     warps = threads // WARP_SIZE if threads else forward_warps(N)
     sets = -(-(-(-scales.shape[1] // TILES_PER_SET)) // warps)
-    write_z = z is not None
     kernel = runtime.cached(("norm_quant.forward2", warps, sets, has_bias, write_z, vec),
                             lambda: make_forward_kernel2(warps, sets, has_bias, write_z, vec))
     codes4 = codes.view(np.uint32) if vec else runtime.unused_array(np.uint32)
@@ -519,7 +757,7 @@ def reference_rstd(x, b) -> np.ndarray:
 
 
 def reference(x, b, g, rstd=None):
-    """(codes, scales, rstd, z) of the forward: the spec of both versions.
+    """(codes, scales, rstd, z) of the forward: the spec of every version.
 
     rstd: the (M,) values to normalize with; None computes them in float64 (then rounded to float32). Given a
     kernel's rstd, every output is bit for bit the kernel's: z = (y * rstd) * g in float32 (y = x + b in float32),
@@ -571,9 +809,11 @@ of dx adds a few roundings: about 40 units at worst."""
 GY_RTOL = 2.0**-22
 """gy = (dz * y) * rstd: two float32 roundings, at most 2 units of 2^-24 relative to float64; 4 allowed."""
 
-CHECK_SHAPES = {"sim": ((5, 300, True), (3, 129, False)), "gpu": ((1027, 7172, True), (515, 1029, False))}
-"""(M, N, bias) for the checks: no side a multiple of 128; the first N a multiple of 4 (16-byte path), the second
-not (scalar path)."""
+CHECK_SHAPES = {"sim": ((5, 300, True), (3, 129, False), (7, 1024, False)),
+                "gpu": ((1027, 7172, True), (515, 1029, False), (1031, 7168, False))}
+"""(M, N, bias) for the checks: the first N a multiple of 4 (16-byte path) but not of 128, the second not of 4
+(scalar path; version 3 runs version 2), the third a row version 3's layout covers exactly (no bounds code), with
+a NaN in row 1 (which poisons that row only)."""
 BENCH_M = 16384
 BENCH_N = (1024, 7168)
 """Timed shapes: 16384 tokens of width 1024 (the capstone) and 7168 (DeepSeek-V3's hidden size)."""
@@ -593,11 +833,15 @@ def make_inputs(rng, M: int, N: int, bias: bool = True):
 
 
 def checks(rng) -> list:
-    """Both versions and the backward on CHECK_SHAPES, outputs poisoned: codes, scales and z bit for bit against
-    `reference` given the kernel's rstd, rstd against float64, dx and gy against `reference_backward`."""
+    """Every version and the backward on CHECK_SHAPES, outputs poisoned: codes, scales and z bit for bit against
+    `reference` given the kernel's rstd, rstd against float64 (a NaN row: NaN rstd and scales, poisoned codes), dx
+    and gy against `reference_backward`."""
     out = []
-    for M, N, bias in CHECK_SHAPES["sim" if runtime.IS_SIM else "gpu"]:
+    for k, (M, N, bias) in enumerate(CHECK_SHAPES["sim" if runtime.IS_SIM else "gpu"]):
         x, b, g, dz = make_inputs(rng, M, N, bias)
+        nan_row = k == 2
+        if nan_row:
+            x[1, 7] = np.nan
         x_d, g_d = cuda.to_device(x), cuda.to_device(g)
         b_d = None if b is None else cuda.to_device(b)
         ref_r = reference_rstd(x, b)
@@ -609,9 +853,11 @@ def checks(rng) -> list:
             bench.assert_close(f"v{v} rstd", r, ref_r, atol=0, rtol=RSTD_RTOL)
             ref_codes, ref_scales, _, ref_z = reference(x, b, g, r)
             bench.assert_codes_equal(f"v{v} codes", codes.copy_to_host(), ref_codes)
-            assert np.array_equal(scales.copy_to_host(), ref_scales), f"v{v}: scales differ"
-            assert np.array_equal(z.copy_to_host(), ref_z), f"v{v}: z differs"
-            out.append((f"v{v} forward, {M}x{N}, {'bias' if bias else 'no bias'}",
+            assert np.array_equal(scales.copy_to_host(), ref_scales, equal_nan=True), f"v{v}: scales differ"
+            assert np.array_equal(z.copy_to_host(), ref_z, equal_nan=True), f"v{v}: z differs"
+            if nan_row:
+                assert np.isnan(r[1]) and (codes.copy_to_host()[1] == POISON_CODE).all(), f"v{v}: NaN row"
+            out.append((f"v{v} forward, {M}x{N}, {'bias' if bias else 'no bias'}{', a NaN row' if nan_row else ''}",
                         "codes, scales, z bit-exact; rstd within tolerance"))
         dx, gy = bench.poisoned((M, N), np.float32), bench.poisoned((M, N), np.float32)
         backward(cuda.to_device(dz), x_d, b_d, g_d, rstd, dx, gy)
@@ -639,7 +885,8 @@ def torch_norm_quantize(torch, tx, tb, tg):
 
 
 def timings(rng, args) -> list:
-    """Both versions, version 2 with z also written, the backward and PyTorch at M = 16384, N = 1024 and 7168.
+    """Every version, versions 2 and 3 without a bias too, version 2 with z also written, the backward and PyTorch
+    at M = 16384, N = 1024 and 7168.
     Bytes that must move: forward x read, b and g read, codes, scales and rstd written (z too where written);
     backward dz and x read, b, g and rstd read, dx and gy written."""
     tables = []
@@ -663,6 +910,14 @@ def timings(rng, args) -> list:
                                launch=True),
                 bench.time_row(f"v2 forward: {VERSIONS[2]}",
                                lambda: forward(x_d, b_d, g_d, codes, scales, rstd, version=2), fwd_bytes, launch=True),
+                bench.time_row(f"v3 forward: {VERSIONS[3]}",
+                               lambda: forward(x_d, b_d, g_d, codes, scales, rstd, version=3), fwd_bytes, launch=True),
+                bench.time_row("v2 forward, no bias (bytes without b)",
+                               lambda: forward(x_d, None, g_d, codes, scales, rstd, version=2), fwd_bytes - b.nbytes,
+                               launch=True),
+                bench.time_row("v3 forward, no bias (bytes without b)",
+                               lambda: forward(x_d, None, g_d, codes, scales, rstd, version=3), fwd_bytes - b.nbytes,
+                               launch=True),
                 bench.time_row("v2 forward, z also written (bytes include z)",
                                lambda: forward(x_d, b_d, g_d, codes, scales, rstd, z, version=2), fwd_bytes + z.nbytes,
                                launch=True),

@@ -14,6 +14,9 @@ hardware == twin bit for bit.
 | `f32_as_u32(x)`, `u32_as_f32(u)` | `mov.b32` (the same 32 bits read as uint32 / float32: no conversion, NaN payloads, -0.0 and subnormals kept) | `np.float32(x).view(np.uint32)`, `np.uint32(u).view(np.float32)` |
 | `ld_global_v4_f32(x, i, j)` | `ld.global.v4.f32` (16-byte aligned) | four scalar loads |
 | `ld_shared_v4_f32(s, i, j)`, `st_shared_v4_f32(s, i, j, ...)` | `ld/st.shared.v4.f32` (addrspacecast) | four scalar accesses |
+| `ld_global_nc_v4_f32(x, i, j)` | `ld.global.nc.L1::evict_last.v4.f32`, volatile (data the kernel never writes, read by every row: the read-only path, kept in L1; never moved out of a loop) | four scalar loads |
+| `ld_shared_v4_f32_1d(s, k)` | `ld.shared.v4.f32` of s[k:k+4], s 1-D (dynamic shared memory is 1-D) | four scalar loads |
+| `prefetch_l2_bulk(a, i, j, nbytes)` | `cp.async.bulk.prefetch.L2.global [&a[i, j]], nbytes;` (sm_90; 16-byte aligned, nbytes a multiple of 16) | nothing (a hint) |
 | `mma_m16n8k32_e4m3(a0..a3, b0, b1, c0..c3)` | `mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32` (one warp) | the warp's fragments gathered, FP32 sums in k order |
 | `mma_m16n8k32(fa, fb)` | the same for any pair of E4M3/E5M2 operands | the same |
 | `shared_address(s)` | the 32-bit shared-window address of s[0] (addrspacecast + ptrtoint) | 0 (offsets are from s[0]) |
@@ -225,11 +228,13 @@ def bitcast_intrinsics():
     return intrinsic(f32_as_u32), intrinsic(u32_as_f32)
 
 
-def ld_global_v4_intrinsic(instruction: str = "ld.global.v4.f32"):
+def ld_global_v4_intrinsic(instruction: str = "ld.global.v4.f32", volatile: bool = False):
     """An @intrinsic `ld_global_v4_f32(x, i, j) -> (x[i,j], x[i,j+1], x[i,j+2], x[i,j+3])` (GPU only).
 
     x: a 2-D float32 array in global memory; the address of x[i, j] must be 16-byte aligned (the PTX ISA requires
-    vector accesses to be aligned to their full size; a misaligned one faults). No bounds check.
+    vector accesses to be aligned to their full size; a misaligned one faults). No bounds check. The asm reads
+    no memory the compiler knows of, so it may move a load out of a loop whose address does not change; volatile
+    keeps each load where it is written (in the loop: registers are not held across iterations).
     """
     from llvmlite import ir
     from numba.cuda import cgutils, types
@@ -249,7 +254,7 @@ def ld_global_v4_intrinsic(instruction: str = "ld.global.v4.f32"):
             f32 = ir.FloatType()
             # four "=f" outputs (.f32 registers) returned as one struct, "l": the 64-bit address
             fnty = ir.FunctionType(ir.LiteralStructType([f32] * 4), [f32.as_pointer()])
-            asm = ir.InlineAsm(fnty, instruction + " {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l")
+            asm = ir.InlineAsm(fnty, instruction + " {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l", side_effect=volatile)
             res = builder.call(asm, [ptr])
             vals = [builder.extract_value(res, k) for k in range(4)]
             return context.make_tuple(builder, sig.return_type, vals)
@@ -257,6 +262,36 @@ def ld_global_v4_intrinsic(instruction: str = "ld.global.v4.f32"):
         return sig, codegen
 
     return intrinsic(ld_global_v4_f32)
+
+
+def prefetch_l2_intrinsic():
+    """An @intrinsic `prefetch_l2_bulk(a, i, j, nbytes)` (GPU only, sm_90): `cp.async.bulk.prefetch.L2.global [p],
+    nbytes;` with p the address of a[i, j] (any 2-D array): asks L2 to fetch nbytes from p, with no register or
+    shared memory to receive them and nothing to wait for, so that later loads of those bytes hit L2 (PTX ISA,
+    "cp.async.bulk.prefetch"; p 16-byte aligned, nbytes a multiple of 16). No bounds check."""
+    from llvmlite import ir
+    from numba.cuda import cgutils, types
+    from numba.cuda.extending import intrinsic
+
+    def prefetch_l2_bulk(typingctx, a, i, j, nbytes):
+        if not (isinstance(a, types.Array) and a.ndim == 2
+                and all(isinstance(t, types.Integer) for t in (i, j, nbytes))):
+            return None
+        sig = types.void(a, i, j, nbytes)
+
+        def codegen(context, builder, sig, args):
+            aty, ity, jty, nty = sig.args
+            ary = context.make_array(aty)(context, builder, value=args[0])
+            inds = [context.cast(builder, args[1], ity, types.intp), context.cast(builder, args[2], jty, types.intp)]
+            ptr = cgutils.get_item_pointer(context, builder, aty, ary, inds)
+            n = context.cast(builder, args[3], nty, types.uint32)
+            _asm(builder, ir.VoidType(), [ptr.type, ir.IntType(32)], "cp.async.bulk.prefetch.L2.global [$0], $1;",
+                 "l,r", [ptr, n])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return intrinsic(prefetch_l2_bulk)
 
 
 def shared_v4_intrinsics():
@@ -313,6 +348,37 @@ def shared_v4_intrinsics():
         return sig, codegen
 
     return intrinsic(ld_shared_v4_f32), intrinsic(st_shared_v4_f32)
+
+
+def ld_shared_v4_1d_intrinsic():
+    """An @intrinsic `ld_shared_v4_f32_1d(s, k)` -> s[k:k+4] (GPU only): s a 1-D float32 shared array (such as the
+    dynamic one, `cuda.shared.array(0, float32)`, which numba makes 1-D; reshaping it needs a helper that is not
+    device code), k a multiple of 4 from a 16-byte aligned base. One `ld.shared.v4.f32`, as `ld_shared_v4_f32`."""
+    from llvmlite import ir
+    from numba.cuda import cgutils, types
+    from numba.cuda.extending import intrinsic
+
+    f32 = ir.FloatType()
+    vec = ir.VectorType(f32, 4)
+
+    def ld_shared_v4_f32_1d(typingctx, s, k):
+        if not (isinstance(s, types.Array) and s.ndim == 1 and s.dtype == types.float32
+                and isinstance(k, types.Integer)):
+            return None
+        sig = types.UniTuple(types.float32, 4)(s, k)
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary,
+                                           [context.cast(builder, args[1], sig.args[1], types.intp)])
+            p = builder.bitcast(builder.addrspacecast(ptr, f32.as_pointer(3)), vec.as_pointer(3))
+            v = builder.load(p, align=16)
+            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), q)) for q in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    return intrinsic(ld_shared_v4_f32_1d)
 
 
 
@@ -704,6 +770,16 @@ def _twin_ld_shared_v4_f32(s, i, j):
     return s[i, j], s[i, j + 1], s[i, j + 2], s[i, j + 3]
 
 
+def _twin_ld_shared_v4_f32_1d(s, k):
+    """Twin of ld.shared.v4.f32 on a 1-D array: four scalar loads."""
+    return s[k], s[k + 1], s[k + 2], s[k + 3]
+
+
+def _twin_prefetch_l2_bulk(a, i, j, nbytes):
+    """Twin of cp.async.bulk.prefetch.L2: nothing (a prefetch changes no value)."""
+    return None
+
+
 def _sum_in_order(c, products):
     """c + products[..., 0] + products[..., 1] + ... in float32, one rounding per addition, left to right (what the
     twins promise: the reference's k order). np.add.accumulate is sequential, unlike np.sum's pairwise sum; the
@@ -817,7 +893,10 @@ if HARDWARE:
     globaltimer_ns = globaltimer_intrinsic()
     f32_as_u32, u32_as_f32 = bitcast_intrinsics()
     ld_global_v4_f32 = ld_global_v4_intrinsic()
+    ld_global_nc_v4_f32 = ld_global_v4_intrinsic("ld.global.nc.L1::evict_last.v4.f32", volatile=True)
     ld_shared_v4_f32, st_shared_v4_f32 = shared_v4_intrinsics()
+    ld_shared_v4_f32_1d = ld_shared_v4_1d_intrinsic()
+    prefetch_l2_bulk = prefetch_l2_intrinsic()
     mma_m16n8k32_e4m3 = mma_intrinsic(MMA_M16N8K32_E4M3)
     shared_address, cp_async_16, cp_async_commit, ldmatrix_x4 = async_copy_intrinsics()
     fence_proxy_async = barrier_intrinsic("fence.proxy.async.shared::cta;", "fence_proxy_async")
@@ -831,7 +910,10 @@ else:
     f32_as_u32 = cuda.jit(device=True)(_twin_f32_as_u32)
     u32_as_f32 = cuda.jit(device=True)(_twin_u32_as_f32)
     ld_global_v4_f32 = cuda.jit(device=True)(_twin_ld_global_v4_f32)
+    ld_global_nc_v4_f32 = cuda.jit(device=True)(_twin_ld_global_v4_f32)
     ld_shared_v4_f32 = cuda.jit(device=True)(_twin_ld_shared_v4_f32)
+    ld_shared_v4_f32_1d = cuda.jit(device=True)(_twin_ld_shared_v4_f32_1d)
+    prefetch_l2_bulk = cuda.jit(device=True)(_twin_prefetch_l2_bulk)
     st_shared_v4_f32 = cuda.jit(device=True)(_twin_st_shared_v4_f32)
     mma_m16n8k32_e4m3 = cuda.jit(device=True)(_twin_mma_m16n8k32_e4m3)
     shared_address = cuda.jit(device=True)(_twin_shared_address)
