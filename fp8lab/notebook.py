@@ -147,6 +147,11 @@ def closure(target: str, *names):
     return values[0] if len(values) == 1 else values
 
 
+def _is_constant(value) -> bool:
+    """A closure value the editable cell writes as an assignment (anything else comes through `closure`)."""
+    return isinstance(value, (bool, int, float, str, np.generic))
+
+
 def _module_imports(module) -> dict:
     """{name: import line} for the names module binds by import statements at its top level (absolute form)."""
     tree = ast.parse(inspect.getsource(module))
@@ -201,7 +206,7 @@ def editable_source(target: str) -> str:
     for n in _free_names(node):
         if n in cells:
             value = cells[n].cell_contents
-            if isinstance(value, (bool, int, float, str, np.generic)):
+            if _is_constant(value):
                 consts.append(f"{n} = {value!r}")
                 if isinstance(value, np.generic):
                     plain.add("import numpy as np")
@@ -318,6 +323,13 @@ def try_kernel(module, version, kernel, *, rng=None) -> Tried:
     name = kernel.py_func.__name__
     target = f"{module.__name__}.{name}"
     old = library_kernel(target)  # ValueError when the module has no kernel of that name
+    seen = kernel.py_func.__globals__
+    for n, cell in zip(old.py_func.__code__.co_freevars, old.py_func.__closure__ or ()):
+        value = cell.cell_contents
+        if _is_constant(value) and n in seen and not (seen[n] == value and type(seen[n]) is type(value)):
+            # a later cell may reuse the name (a loop variable `bits`), or the learner changed the constant
+            raise ValueError(f"your {name} reads {n} = {seen[n]!r}, but the library compiles {target} with {n} = "
+                             f"{value!r}, the configuration its checks run: re-run the editable cell (it sets {n})")
     versions = list(getattr(module, "VERSIONS", {}))
     if isinstance(version, bool) or not isinstance(version, (int, str)):
         raise TypeError(f"version must be a version number of {module.__name__} {versions} or the name of one of "
