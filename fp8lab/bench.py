@@ -5,8 +5,9 @@ failure, first mismatches printed), then time it and report GB/s or TFLOP/s agai
 same run (a copy, cuBLAS through PyTorch) and against the datasheet peak. fp8lab/kernels/README.md states the
 contract; `main(module_name, argv)` runs one module:
 
-1. `module.checks(rng)` -> [(what was checked, result)], raising AssertionError at the first mismatch;
-2. `module.timings(rng, args)` -> [Table] (GPU only; under the simulator nothing is timed);
+1. `module.checks(rng)` -> [(what was checked, result)], raising AssertionError at the first mismatch
+   (`checks(rng, only=...)` with `--only 2,...`, for modules whose checks take it);
+2. `module.timings(rng, args)` -> [Table] (GPU only; under the simulator nothing is timed; `args.only` as above);
 3. prints the tables, or with `--markdown` one BENCHMARKS.md section (command, date, device, versions).
 
 Also here: `poisoned` outputs, `first_mismatches` / `assert_close` / `assert_codes_equal`, the copy ceiling, and
@@ -19,6 +20,7 @@ import argparse
 import dataclasses
 import datetime
 import importlib
+import inspect
 import sys
 import time
 
@@ -30,6 +32,22 @@ from .runtime import cuda
 # ----------------------------------------------------------------------------------------------------------------
 # Checking
 # ----------------------------------------------------------------------------------------------------------------
+
+
+def selected(only, what) -> bool:
+    """Whether a module's check or timing of `what` (a version number, or the name of an op without versions) runs
+    in a run limited to `only` (a collection of both; None: everything). Modules whose checks take `only`
+    (`checks(rng, only=None)`; their timings read `args.only`) are the ones `--only` and fp8lab.notebook.try_kernel
+    can limit."""
+    return only is None or what in only
+
+
+def _only(text: str) -> tuple:
+    """--only's value: comma-separated version numbers and op names, e.g. "2" or "2,bias_add"."""
+    items = tuple(int(t) if t.strip().isdigit() else t.strip() for t in text.split(","))
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected version numbers or op names separated by commas, got {text!r}")
+    return items
 
 
 def poisoned(shape, dtype):
@@ -266,12 +284,18 @@ def main(module_name: str, argv=None) -> int:
                                      description=(module.__doc__ or "").strip().splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print one BENCHMARKS.md section instead")
     parser.add_argument("--check-only", action="store_true", help="run the checks, time nothing")
+    parser.add_argument("--only", type=_only, metavar="V,...", help="check and time only these versions (or ops), "
+                        "e.g. 2 or 2,bias_add; modules with editable kernels in the lectures take it")
     for flag, kwargs in getattr(module, "OPTIONS", {}).items():
         parser.add_argument(flag, **kwargs)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     rng = np.random.default_rng()
     t0 = time.perf_counter()
-    checks = module.checks(rng)  # raises at the first mismatch
+    if args.only is not None and "only" not in inspect.signature(module.checks).parameters:
+        parser.error(f"--only: {short} checks and times every version at once (its checks take no `only`)")
+    checks = module.checks(rng) if args.only is None else module.checks(rng, only=args.only)  # raises at a mismatch
+    if not checks:
+        parser.error(f"--only: {', '.join(map(str, args.only))} selects none of {short}'s checks")
     if not args.markdown:
         print_table(f"{short}: checks against the reference ({runtime.backend}, {time.perf_counter() - t0:.1f} s)",
                     ["check", "result"], [list(c) for c in checks])

@@ -740,42 +740,65 @@ def recorded(name: str = "h200_overlap") -> tuple[dict, StreamsResult, SmBudgetR
     return meta, StreamsResult.from_dict(d["streams"]), SmBudgetResult.from_dict(d["sm_budget"])
 
 
-def checks(rng) -> list[tuple[str, str]]:
+def checks(rng, only=None) -> list[tuple[str, str]]:
     """The copy kernel delivers its buffer; both experiments, run once untimed, deliver every output (poisoned
-    first); the streams result is consistent. Tiny sizes under the simulator, medium ones on a GPU."""
+    first); the streams result is consistent. Tiny sizes under the simulator, medium ones on a GPU. only: which of
+    "copy", "streams", "sm_budget" to check (bench.selected; None: all)."""
     rows = []
     n = 2 * (2 * COPY_UNROLL * COPY_THREADS + 37)  # 8-byte words: one block makes two unrolled trips and a tail
     src = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
-    for blocks in sorted({1, min(2, fg.device_sms()), min(fg.device_sms(), 7)}):
+    grids = sorted({1, min(2, fg.device_sms()), min(fg.device_sms(), 7)}) if bench.selected(only, "copy") else []
+    for blocks in grids:
         dst = bench.poisoned(n, np.float32)
         copy_persistent(src, dst, blocks, 2)
         bench.assert_close(f"copy_persistent, {blocks} blocks", dst.copy_to_host(), src.copy_to_host(), atol=0,
                            rtol=0)
         rows.append((f"copy_persistent: {n} float32, {blocks} block(s), 2 repeats", "equal to the source"))
     sizes = {} if runtime.IS_SIM else CHECK_SIZES
+    if bench.selected(only, "streams"):
+        rows.append(_check_streams(rng, sizes))
+    if bench.selected(only, "sm_budget"):
+        rows.append(_check_sm_budget(rng, sizes))
+    return rows
+
+
+def _check_streams(rng, sizes) -> tuple[str, str]:
     r = streams(**sizes.get("streams", {}), repeat=1, rng=rng)
     M, N, K = r.gemm
-    rows.append((f"streams: H2D {r.h2d_bytes} bytes, GEMM v7 {M}x{N}x{K}, D2H {r.d2h_bytes} bytes; serialized on one "
-                 "stream, overlapped on three",
-                 "every output delivered, both runs equal; "
-                 + ("times not measured (simulator)" if r.gain is None else
-                    f"events in order; serialized {r.total_ms('serialized'):.3f} ms, overlapped "
-                    f"{r.total_ms('overlapped'):.3f} ms")))
+    return (f"streams: H2D {r.h2d_bytes} bytes, GEMM v7 {M}x{N}x{K}, D2H {r.d2h_bytes} bytes; serialized on one "
+            "stream, overlapped on three",
+            "every output delivered, both runs equal; "
+            + ("times not measured (simulator)" if r.gain is None else
+               f"events in order; serialized {r.total_ms('serialized'):.3f} ms, overlapped "
+               f"{r.total_ms('overlapped'):.3f} ms"))
+
+
+def _check_sm_budget(rng, sizes) -> tuple[str, str]:
     total = 2 if runtime.IS_SIM else fg.device_sms()
     splits = (2, 1) if runtime.IS_SIM else tuple(sorted({total, max(1, total - GIVEN_SMS), min(7, total)},
                                                          reverse=True))
     b = sm_budget(**sizes.get("sm_budget", {}), total_sms=total, splits=splits, measure=False, rng=rng)
     M, N, K = b.gemm
-    rows.append((f"sm_budget: GEMM v7 {M}x{N}x{K} on {', '.join(map(str, splits))} of {total} SMs, alone and beside "
-                 f"the copy ({b.copy_bytes} bytes) on the rest",
-                 f"the first split {'bit-exact with' if runtime.IS_SIM else 'within the tensor-core bound of'} "
-                 "fp8_gemm.reference; every split and the GEMM beside the copy give its bits; the copy delivered"))
-    return rows
+    return (f"sm_budget: GEMM v7 {M}x{N}x{K} on {', '.join(map(str, splits))} of {total} SMs, alone and beside "
+            f"the copy ({b.copy_bytes} bytes) on the rest",
+            f"the first split {'bit-exact with' if runtime.IS_SIM else 'within the tensor-core bound of'} "
+            "fp8_gemm.reference; every split and the GEMM beside the copy give its bits; the copy delivered")
 
 
 def timings(rng, args) -> list:
     """Both experiments at realistic sizes (GPU only), with the ceilings measured in the same run; --plot DIR also
-    writes the figures."""
+    writes the figures. With args.only = ["copy"] (fp8lab.notebook.try_kernel): the copy kernel alone on every SM,
+    at sm_budget's copy size."""
+    if getattr(args, "only", None) is not None:
+        if not bench.selected(args.only, "copy"):
+            raise ValueError(f"only: overlap's timings take ['copy'] or nothing, got {list(args.only)}")
+        n = SIZES["gpu"]["sm_budget"]["copy_bytes"] // 4
+        src = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
+        dst = cuda.device_array(n, np.float32)
+        sms = fg.device_sms()
+        row = bench.time_row(f"copy_kernel on {_sms(sms)}", lambda: copy_persistent(src, dst, sms), 2 * src.nbytes)
+        return [bench.Table(f"persistent copy of {_size(src.nbytes)}; bytes = read + written", "GB/s", [row],
+                            ceiling=bench.copy_ceiling_gbs(src.nbytes))]
     r = streams(rng=rng)
     b = sm_budget(rng=rng)
     path = getattr(args, "json", None)

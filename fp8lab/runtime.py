@@ -91,6 +91,12 @@ def cached(key, build):
     return _KERNELS[key]
 
 
+def kernel_cache() -> dict:
+    """The dict `cached` fills, itself: fp8lab.notebook.try_kernel puts a learner's kernel in place of the library's
+    in it for a check, and the library's back afterwards."""
+    return _KERNELS
+
+
 _UNUSED: dict = {}
 
 
@@ -126,7 +132,7 @@ def numba_type(name: str):
     return getattr(types, name)
 
 
-_DYNAMIC_SHARED: dict = {}  # (compiled kernel, device) -> the dynamic shared memory it may use
+_DYNAMIC_SHARED: dict = {}  # (id of a compiled kernel, device) -> (the dynamic shared memory it may use, the kernel)
 STATIC_SHARED_LIMIT = 48 * 1024  # bytes a kernel may use without opting in (CUDA C++ Programming Guide)
 
 
@@ -140,12 +146,14 @@ def allow_dynamic_shared(kernel, args, nbytes: int) -> None:
         compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
         cufunc = compiled._codelibrary.get_cufunc()
         key = (id(compiled), cufunc.device.id)
-        if _DYNAMIC_SHARED.get(key, 0) < nbytes:
+        if _DYNAMIC_SHARED.get(key, (0,))[0] < nbytes:
             from numba.cuda.cudadrv.driver import binding, driver
 
             attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
-            _DYNAMIC_SHARED[key] = nbytes
+            # the kernel is kept, so that its id is never reused: a lecture's editable copy, compiled anew on every
+            # re-run, would otherwise find the attribute of a freed kernel under its id
+            _DYNAMIC_SHARED[key] = (nbytes, compiled)
 
 
 def launch_with_shared(kernel, grid, block, nbytes: int, *args, stream=0) -> None:

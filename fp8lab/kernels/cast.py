@@ -68,13 +68,16 @@ def _inputs(rng, n):
     return x
 
 
-def checks(rng) -> list:
+def checks(rng, only=None) -> list:
+    """only: the versions to check (bench.selected); None: all."""
     n = 3001 if runtime.IS_SIM else (1 << 22) + 3
     x = _inputs(rng, n)
     want = reference(x)
     nan = np.isnan(x)
     out = []
     for v, desc in VERSIONS.items():
+        if not bench.selected(only, v):
+            continue
         codes = bench.poisoned(n, np.uint8)
         launch(cuda.to_device(x), codes, v)
         got = codes.copy_to_host()
@@ -91,7 +94,7 @@ def timings(rng, args) -> list:
     codes = cuda.device_array(n, np.uint8)
     nbytes = 4 * n + n
     rows = [bench.time_row(f"v{v}: {desc}", lambda v=v: launch(x, codes, v), nbytes)
-            for v, desc in VERSIONS.items()]
+            for v, desc in VERSIONS.items() if bench.selected(getattr(args, "only", None), v)]
     return [bench.Table(f"float32 -> E4M3, n = {n:,}; bytes = x read + codes written", "GB/s", rows,
                         ceiling=bench.copy_ceiling_gbs(4 * n))]
 

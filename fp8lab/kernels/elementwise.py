@@ -202,54 +202,67 @@ def bf16_check_values(rng, n: int) -> np.ndarray:
     return bits[rng.permutation(n)].view(np.float32)
 
 
-def checks(rng) -> list:
+def checks(rng, only=None) -> list:
+    """only: the versions (transpose) and ops ("bias_add", "add", "scale_cols", "colsum", "round_bf16") to check
+    (bench.selected); None: all."""
     M, N = (37, 45) if runtime.IS_SIM else (4099, 2053)
     a = rng.standard_normal((M, N), dtype=np.float32)
     b = rng.standard_normal(N, dtype=np.float32)
     da, db = cuda.to_device(a), cuda.to_device(b)
     out = []
-    for v in VERSIONS:
+    for v in (v for v in VERSIONS if bench.selected(only, v)):
         t = bench.poisoned((N, M), np.float32)
         transpose(da, t, v)
         bench.assert_close(f"transpose v{v}", t.copy_to_host(), reference(a), atol=0, rtol=0)
         out.append((f"transpose v{v}, {M}x{N}", "exact"))
-    y = cuda.to_device(a)
-    bias_add(y, db)
-    bench.assert_close("bias_add", y.copy_to_host(), reference_bias_add(a, b), atol=0, rtol=0)
-    c = rng.standard_normal((M, N), dtype=np.float32)
-    r = bench.poisoned((M, N), np.float32)
-    add(da, cuda.to_device(c), r)
-    bench.assert_close("add", r.copy_to_host(), reference_add(a, c), atol=0, rtol=0)
-    out.append((f"add, {M}x{N}", "exact"))
-    d = rng.standard_normal(N, dtype=np.float32)
-    r = bench.poisoned((M, N), np.float32)
-    scale_cols(da, cuda.to_device(d), r)
-    bench.assert_close("scale_cols", r.copy_to_host(), reference_scale_cols(a, d), atol=0, rtol=0)
-    out.append((f"scale_cols, {M}x{N}", "exact"))
-    s = bench.poisoned(N, np.float32)
-    colsum(da, s)
-    bench.assert_close("colsum", s.copy_to_host(), reference_colsum(a), atol=1e-4 * np.sqrt(M), rtol=1e-5)
-    x = bf16_check_values(rng, M * N).reshape(M, N)
-    r = bench.poisoned((M, N), np.float32)
-    round_bf16(cuda.to_device(x), r)
-    # compared as bits: NaN payloads, -0.0 and every rounding must match
-    bench.assert_codes_equal("round_bf16", r.copy_to_host().view(np.uint32), reference_round_bf16(x).view(np.uint32))
-    return out + [(f"bias_add, {M}x{N}", "exact"), (f"colsum, {M}x{N}", "within tolerance of float64"),
-                  (f"round_bf16, {M}x{N} (ties, overflow, subnormals, NaN payloads)", "bit for bit")]
+    if bench.selected(only, "bias_add"):
+        y = cuda.to_device(a)
+        bias_add(y, db)
+        bench.assert_close("bias_add", y.copy_to_host(), reference_bias_add(a, b), atol=0, rtol=0)
+        out.append((f"bias_add, {M}x{N}", "exact"))
+    if bench.selected(only, "add"):
+        c = rng.standard_normal((M, N), dtype=np.float32)
+        r = bench.poisoned((M, N), np.float32)
+        add(da, cuda.to_device(c), r)
+        bench.assert_close("add", r.copy_to_host(), reference_add(a, c), atol=0, rtol=0)
+        out.append((f"add, {M}x{N}", "exact"))
+    if bench.selected(only, "scale_cols"):
+        d = rng.standard_normal(N, dtype=np.float32)
+        r = bench.poisoned((M, N), np.float32)
+        scale_cols(da, cuda.to_device(d), r)
+        bench.assert_close("scale_cols", r.copy_to_host(), reference_scale_cols(a, d), atol=0, rtol=0)
+        out.append((f"scale_cols, {M}x{N}", "exact"))
+    if bench.selected(only, "colsum"):
+        s = bench.poisoned(N, np.float32)
+        colsum(da, s)
+        bench.assert_close("colsum", s.copy_to_host(), reference_colsum(a), atol=1e-4 * np.sqrt(M), rtol=1e-5)
+        out.append((f"colsum, {M}x{N}", "within tolerance of float64"))
+    if bench.selected(only, "round_bf16"):
+        x = bf16_check_values(rng, M * N).reshape(M, N)
+        r = bench.poisoned((M, N), np.float32)
+        round_bf16(cuda.to_device(x), r)
+        # compared as bits: NaN payloads, -0.0 and every rounding must match
+        bench.assert_codes_equal("round_bf16", r.copy_to_host().view(np.uint32),
+                                 reference_round_bf16(x).view(np.uint32))
+        out.append((f"round_bf16, {M}x{N} (ties, overflow, subnormals, NaN payloads)", "bit for bit"))
+    return out
 
 
 def timings(rng, args) -> list:
+    """Every version and op (those in args.only) on 8192 x 8192 float32."""
+    only = getattr(args, "only", None)
     M = N = 8192
     a = rng.standard_normal((M, N), dtype=np.float32)
     da, db = cuda.to_device(a), cuda.to_device(rng.standard_normal(N, dtype=np.float32))
     t, y, s = cuda.device_array((N, M), np.float32), cuda.to_device(a), cuda.device_array(N, np.float32)
     rows = [bench.Row(f"v{v}: {desc}", timing.time_ms(lambda v=v: transpose(da, t, v)), 2 * a.nbytes)
-            for v, desc in VERSIONS.items()]
-    rows.append(bench.Row("bias_add", timing.time_ms(lambda: bias_add(y, db)), 2 * a.nbytes))
-    rows.append(bench.Row("colsum", timing.time_ms(lambda: colsum(da, s)), a.nbytes))
-    rows.append(bench.Row("add (out = a + a)", timing.time_ms(lambda: add(da, da, y)), 3 * a.nbytes))
-    rows.append(bench.Row("scale_cols", timing.time_ms(lambda: scale_cols(da, db, y)), 2 * a.nbytes))
-    rows.append(bench.Row("round_bf16", timing.time_ms(lambda: round_bf16(da, t)), 2 * a.nbytes))
+            for v, desc in VERSIONS.items() if bench.selected(only, v)]
+    ops = [("bias_add", "bias_add", lambda: bias_add(y, db), 2 * a.nbytes),
+           ("colsum", "colsum", lambda: colsum(da, s), a.nbytes),
+           ("add", "add (out = a + a)", lambda: add(da, da, y), 3 * a.nbytes),
+           ("scale_cols", "scale_cols", lambda: scale_cols(da, db, y), 2 * a.nbytes),
+           ("round_bf16", "round_bf16", lambda: round_bf16(da, t), 2 * a.nbytes)]
+    rows += [bench.Row(label, timing.time_ms(fn), nbytes) for op, label, fn, nbytes in ops if bench.selected(only, op)]
     return [bench.Table(f"elementwise {M}x{N} float32; bytes = read + written", "GB/s", rows,
                         ceiling=bench.copy_ceiling_gbs(a.nbytes))]
 

@@ -1112,20 +1112,24 @@ def random_operands(rng, M, N, K, on_device=False):
     return tuple(qs)
 
 
-def _check_all(rng, M, N, K) -> list:
-    """Every version, FP32 and limited accumulation, against the references; returns table rows.
+def _check_all(rng, M, N, K, only=None) -> list:
+    """Every version (those in `only`: bench.selected), FP32 and limited accumulation, against the references;
+    returns table rows.
 
     FP32: against reference64 within error_bound, and (simulator) bit for bit against `reference`. Limited
     accumulation: against `reference` (the NumPy model is slow, so on a GPU on a corner of at most 96 x 96:
     the outputs of a GEMM do not depend on each other)."""
     rows = []
     for accum_bits, promote in ((None, None), (13, 128), (13, 32)):
+        versions = [v for v in (VERSIONS if accum_bits is None else LIMITED_VERSIONS) if bench.selected(only, v)]
+        if not versions:
+            continue
         m, n = (M, N) if (runtime.IS_SIM or accum_bits is None) else (min(M, 96), min(N, 96))
         qa, qb = random_operands(rng, m, n, K)
         da, db = _on_device(qa), _on_device(qb)
         ref64 = reference64(qa, qb)
         ref = reference(qa, qb, accum_bits, promote) if (runtime.IS_SIM or accum_bits is not None) else None
-        for v in (VERSIONS if accum_bits is None else LIMITED_VERSIONS):
+        for v in versions:
             out = bench.poisoned((m, n), np.float32)
             fp8_gemm(da, db, accum_bits, promote, out=out, version=v)
             got = out.copy_to_host()
@@ -1189,11 +1193,12 @@ OPTIONS = {"--deepseek": dict(action="store_true", help="also time the best vers
                                                          "16384 (about two minutes of GPU time)")}
 
 
-def checks(rng) -> list:
-    """Every version, FP32 and limited accumulation, against the references (see _check_all)."""
+def checks(rng, only=None) -> list:
+    """Every version (those in `only`; None: all), FP32 and limited accumulation, against the references (see
+    _check_all)."""
     M, N, K = (5, 9, 300) if runtime.IS_SIM else (1000, 777, 1111)
     return [(f"{label}", f"{how}; rel. err. vs float64 max / median {err}") for label, how, err in
-            _check_all(rng, M, N, K)]
+            _check_all(rng, M, N, K, only)]
 
 
 def _triton_peer():
@@ -1232,7 +1237,9 @@ def timings(rng, args) -> list:
     """Every version at 4096^3 (and the tensor-core versions at DeepSeek-V3's 4096 x 7168 x 16384 with --deepseek)
     against torch._scaled_mm (cuBLAS FP8, blockwise and per-tensor scales) and a DeepSeek-style Triton kernel when
     installed, measured in the same run, each with its normwise error against the float64 product of the
-    dequantized operands; then the accuracy of _scaled_mm's fast accumulation against the emulator."""
+    dequantized operands; then the accuracy of _scaled_mm's fast accumulation against the emulator. With args.only:
+    only those versions at 4096^3 (and --deepseek's shape), no peers."""
+    only = getattr(args, "only", None)
     torch = bench.torch_cuda()
     peer = _triton_peer() if torch is not None else None
     shapes = [(4096, 4096, 4096)] + ([(4096, 7168, 16384)] if getattr(args, "deepseek", False) else [])
@@ -1261,12 +1268,17 @@ def timings(rng, args) -> list:
 
         rows = []
         for v in ([4, 5, 6, 7] if big else VERSIONS):
+            if not bench.selected(only, v):
+                continue
+
             def run(v=v):
                 return fp8_gemm(qa, qb, out=out, version=v)
             rows.append(row(f"v{v}: {VERSIONS[v]}", run, timing.time_ms(run, warmup=0 if big else 1,
                                                                              repeat=1 if big else 3)))
+        if not rows:  # args.only has no version timed at this shape
+            continue
         ceiling = None
-        if torch is not None:
+        if torch is not None and only is None:
             ta = torch.as_tensor(qa.data, device="cuda").view(torch.float8_e4m3fn)
             tb = torch.as_tensor(qb.data, device="cuda").view(torch.float8_e4m3fn)
             sa = torch.as_tensor(qa.scale, device="cuda")
@@ -1287,12 +1299,13 @@ def timings(rng, args) -> list:
             rows.append(bench.Row("torch._scaled_mm, tensorwise (cuBLAS; ignores the scales: speed only)", ms, flops,
                                   {"normwise error": "-"}))
             ceiling = ceiling or bench.rate(flops, ms, "TFLOP/s")
+        if torch is not None:
             del ref
             torch.cuda.empty_cache()
         tables.append(bench.Table(f"FP8 GEMM {M}x{N}x{K}, A 1x128 tiles, B 128x128 blocks, float32 out; normwise "
                                   "error = |y - y64| / |y64| (Frobenius) against float64", "TFLOP/s", rows,
                                   ceiling=ceiling, ceiling_label="cuBLAS FP8 blockwise", peak_kind="fp8"))
-    if torch is not None:
+    if torch is not None and only is None:
         tables.append(bench.Table(
             "torch._scaled_mm vs the emulator: max / mean relative error vs float64, same FP8 inputs (U[0,1) * 448, "
             "per-tensor scale 1)", None, header=["K", "use_fast_accum=True", "use_fast_accum=False", "FP22 model",

@@ -106,8 +106,9 @@ def gemm_kernel2(a, b, c):
 @cuda.jit
 def gemm_kernel3(a, b, c):
     """Shared-memory tiles. Block (32, 32), grid (ceil(N/32), ceil(M/32)); one output per thread."""
+    # one declaration a line: the simulator aliases two shared arrays declared on one line
     sa = cuda.shared.array((T3, T3), np.float32)  # a[m0:m0+32, k0:k0+32]
-    sb = cuda.shared.array((T3, T3), np.float32)  # b[k0:k0+32, n0:n0+32] (one declaration a line: the simulator aliases two on one line)
+    sb = cuda.shared.array((T3, T3), np.float32)  # b[k0:k0+32, n0:n0+32]
     M, K = a.shape
     N = b.shape[1]
     tx = cuda.threadIdx.x
@@ -481,9 +482,10 @@ OPTIONS = {"--plot": dict(metavar="PATH", help="also save a bar chart of the lad
 BENCH_SIZE = 4096
 
 
-def checks(rng) -> list:
+def checks(rng, only=None) -> list:
+    """only: the versions to check (bench.selected); None: all."""
     out = []
-    for v, desc in VERSIONS.items():
+    for v in (v for v in VERSIONS if bench.selected(only, v)):
         M, N, K = check_shape(v)
         worst = check(v, M, N, K, rng)
         out.append((f"v{v} {M}x{N}x{K}", f"within the FP32 bound ({worst:.1e} of it)"))
@@ -491,24 +493,26 @@ def checks(rng) -> list:
 
 
 def timings(rng, args) -> list:
-    """Every version at 4096^3 against cuBLAS SGEMM (torch, TF32 off) measured in the same run."""
+    """Every version at 4096^3 against cuBLAS SGEMM (torch, TF32 off) measured in the same run; with args.only, only
+    those versions."""
+    only = getattr(args, "only", None)
     S = BENCH_SIZE
     flops = 2.0 * S**3
     a = cuda.to_device(rng.standard_normal((S, S), dtype=np.float32))
     b = cuda.to_device(rng.standard_normal((S, S), dtype=np.float32))
     out = cuda.device_array((S, S), np.float32)
     rows = [bench.Row(f"v{v}: {desc}", timing.time_ms(lambda v=v: launch(a, b, out, v), warmup=1, repeat=5), flops)
-            for v, desc in VERSIONS.items()]
+            for v, desc in VERSIONS.items() if bench.selected(only, v)]
     ceiling = None
     torch = bench.torch_cuda()
-    if torch is not None:
+    if torch is not None and only is None:
         torch.backends.cuda.matmul.allow_tf32 = False
         ta, tb = torch.randn(S, S, device="cuda"), torch.randn(S, S, device="cuda")
         base = bench.Row("torch float32 a @ b (cuBLAS SGEMM, TF32 off)", timing.torch_time_ms(torch, lambda: ta @ tb),
                          flops)
         rows.append(base)
         ceiling = bench.rate(flops, base.ms, "TFLOP/s")
-    if args is not None and getattr(args, "plot", None):
+    if args is not None and getattr(args, "plot", None) and only is None:
         from ..plotting import plot_ladder
 
         plot_ladder({v: bench.rate(flops, r.ms, "TFLOP/s") for v, r in zip(VERSIONS, rows)}, ceiling, path=args.plot)

@@ -404,7 +404,8 @@ def make_requantize_kernel(fmt: str, g: int, mode: str):
     return requantize_kernel
 
 
-def _tile_kernels(fmt, gk, mode):
+def tile_kernels(fmt: str, gk: int, mode: str):
+    """(tile_amax_kernel1, tile_cast_kernel1, tile_fused_kernel2) for (fmt, gk, mode), built once (runtime.cached)."""
     return runtime.cached(("quantize_fine.tile", fmt, gk, mode), lambda: make_tile_kernels(fmt, gk, mode))
 
 
@@ -457,7 +458,7 @@ def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", versio
         threads = warps * WARP_SIZE
         kernel[blocks, threads](x, codes.view(np.uint32), scale, scale_codes)
         return
-    amax_k, cast_k, fused_k = _tile_kernels(fmt, block, mode)
+    amax_k, cast_k, fused_k = tile_kernels(fmt, block, mode)
     if scale_codes is None:
         scale_codes = runtime.unused_array(np.uint8)  # unused unless an MX mode
     if version == 1:
@@ -554,26 +555,32 @@ def _outs(granularity, shape, mx=False):
             cuda.device_array(sh, np.uint8) if mx else None)
 
 
-def _kernels():
-    """(label, granularity, mode, launch(dx, outs)) of every kernel the module checks and times."""
-    ks = [(f"v{v}: {desc}", "tile", "amax", lambda dx, o, v=v: quantize_tile(dx, o[0], o[1], version=v))
+def _kernels(only=None):
+    """(label, granularity, mode, launch(dx, outs)) of every kernel the module checks and times: the versions and
+    the ops "row", "block", "mx" (both rules), "pow2" that are in `only` (bench.selected; None: all)."""
+    ks = [(v, f"v{v}: {desc}", "tile", "amax", lambda dx, o, v=v: quantize_tile(dx, o[0], o[1], version=v))
           for v, desc in VERSIONS.items()]
-    return ks + [
-        ("row: block per row, fused", "row", "amax", lambda dx, o: quantize_row(dx, o[0], o[1])),
-        ("block 128x128: block per tile, fused", "block", "amax", lambda dx, o: quantize_block(dx, o[0], o[1])),
-        ("mx (floor): E8M0 scales", "mx", "mx_floor", lambda dx, o: quantize_mx(dx, o[0], o[1], o[2], rule="floor")),
-        ("mx (ceil): E8M0 scales", "mx", "mx_ceil", lambda dx, o: quantize_mx(dx, o[0], o[1], o[2], rule="ceil")),
-        (f"tile, pow2 scales (v{BEST})", "tile", "pow2", lambda dx, o: quantize_tile(dx, o[0], o[1], mode="pow2")),
+    ks += [
+        ("row", "row: block per row, fused", "row", "amax", lambda dx, o: quantize_row(dx, o[0], o[1])),
+        ("block", "block 128x128: block per tile, fused", "block", "amax",
+         lambda dx, o: quantize_block(dx, o[0], o[1])),
+        ("mx", "mx (floor): E8M0 scales", "mx", "mx_floor", lambda dx, o: quantize_mx(dx, o[0], o[1], o[2],
+                                                                                     rule="floor")),
+        ("mx", "mx (ceil): E8M0 scales", "mx", "mx_ceil", lambda dx, o: quantize_mx(dx, o[0], o[1], o[2], rule="ceil")),
+        ("pow2", f"tile, pow2 scales (v{BEST})", "tile", "pow2", lambda dx, o: quantize_tile(dx, o[0], o[1],
+                                                                                            mode="pow2")),
     ]
+    return [k[1:] for k in ks if bench.selected(only, k[0])]
 
 
-def checks(rng) -> list:
-    """Every kernel bit for bit against the spec on CHECK_SHAPE, outputs poisoned."""
+def checks(rng, only=None) -> list:
+    """Every kernel bit for bit against the spec on CHECK_SHAPE, outputs poisoned. only: the versions and ops
+    (those of `_kernels`, "dequantize", "requantize") to check (bench.selected); None: all."""
     M, K = CHECK_SHAPE["sim" if runtime.IS_SIM else "gpu"]
     x = _activation(rng, (M, K))
     dx = cuda.to_device(x)
     out = []
-    for label, granularity, mode, launch in _kernels():
+    for label, granularity, mode, launch in _kernels(only):
         o = _outs(granularity, x.shape, mx=granularity == "mx")
         o[0].copy_to_device(np.full(x.shape, 0xA5, np.uint8))
         o[1].copy_to_device(np.full(o[1].shape, np.nan, np.float32))
@@ -586,29 +593,32 @@ def checks(rng) -> list:
         out.append((f"{label}, x ({M}, {K})", "bit-exact"))
     codes, scale, _ = reference(x, "tile")
     dcodes, dscale = cuda.to_device(codes), cuda.to_device(scale)
-    got = bench.poisoned(x.shape, np.float32)
-    dequantize(dcodes, dscale, 1, 128, got)
-    assert np.array_equal(got.copy_to_host(), spec.dequantize(codes, scale, 1, 128), equal_nan=True), \
-        "dequantize differs"
-    out.append(("dequantize (tile)", "bit-exact"))
-    ct = cuda.to_device(np.full((K, M), 0xA5, np.uint8))
-    st = bench.poisoned((K, -(-M // 128)), np.float32)
-    requantize_tile_to_col(dcodes, dscale, ct, st)
-    ref_ct, ref_st = spec.requantize_tile_to_col(codes, scale)
-    bench.assert_codes_equal("requantize", ct.copy_to_host(), ref_ct)
-    assert (st.copy_to_host() == ref_st).all(), "requantize: scales differ"
-    out.append(("requantize 1x128 -> 128x1", "bit-exact"))
+    if bench.selected(only, "dequantize"):
+        got = bench.poisoned(x.shape, np.float32)
+        dequantize(dcodes, dscale, 1, 128, got)
+        assert np.array_equal(got.copy_to_host(), spec.dequantize(codes, scale, 1, 128), equal_nan=True), \
+            "dequantize differs"
+        out.append(("dequantize (tile)", "bit-exact"))
+    if bench.selected(only, "requantize"):
+        ct = cuda.to_device(np.full((K, M), 0xA5, np.uint8))
+        st = bench.poisoned((K, -(-M // 128)), np.float32)
+        requantize_tile_to_col(dcodes, dscale, ct, st)
+        ref_ct, ref_st = spec.requantize_tile_to_col(codes, scale)
+        bench.assert_codes_equal("requantize", ct.copy_to_host(), ref_ct)
+        assert (st.copy_to_host() == ref_st).all(), "requantize: scales differ"
+        out.append(("requantize 1x128 -> 128x1", "bit-exact"))
     return out
 
 
 def timings(rng, args) -> list:
     """Every kernel on a 1.09 GiB activation; bytes = x read + codes written + scales written (+ a second read of
-    x and the scale round trip for the two-pass version 1)."""
+    x and the scale round trip for the two-pass version 1). With args.only, only those versions and ops."""
+    only = getattr(args, "only", None)
     M, K = BENCH_SHAPE
     x = _activation(rng, (M, K))
     dx = cuda.to_device(x)
     rows = []
-    for label, granularity, mode, launch in _kernels():
+    for label, granularity, mode, launch in _kernels(only):
         o = _outs(granularity, x.shape, mx=granularity == "mx")
         nbytes = x.nbytes + x.size + o[1].nbytes + (o[2].nbytes if o[2] is not None else 0)
         if label.startswith("v1:"):
@@ -618,14 +628,17 @@ def timings(rng, args) -> list:
     dcodes = cuda.to_device(np.resize(codes, x.shape))
     dscale = cuda.to_device(np.resize(scale, (M, K // 128)))
     out = cuda.device_array(x.shape, np.float32)
-    rows.append(bench.time_row("dequantize (tile)", lambda: dequantize(dcodes, dscale, 1, 128, out),
-                               x.size + dscale.nbytes + x.nbytes, launch=True))
+    if bench.selected(only, "dequantize"):
+        rows.append(bench.time_row("dequantize (tile)", lambda: dequantize(dcodes, dscale, 1, 128, out),
+                                   x.size + dscale.nbytes + x.nbytes, launch=True))
     ct = cuda.device_array((K, M), np.uint8)
     st = cuda.device_array((K, -(-M // 128)), np.float32)
-    rows.append(bench.time_row("requantize 1x128 -> 128x1 (x.T)", lambda: requantize_tile_to_col(dcodes, dscale, ct, st),
-                               2 * x.size + dscale.nbytes + st.nbytes, launch=True))
+    if bench.selected(only, "requantize"):
+        rows.append(bench.time_row("requantize 1x128 -> 128x1 (x.T)",
+                                   lambda: requantize_tile_to_col(dcodes, dscale, ct, st),
+                                   2 * x.size + dscale.nbytes + st.nbytes, launch=True))
     torch = bench.torch_cuda()
-    if torch is not None:
+    if torch is not None and only is None:
         tx = torch.from_numpy(x).cuda()
         tcodes, tscale = torch_tile_quantize(torch, tx)
         o = _outs("tile", x.shape)

@@ -205,38 +205,43 @@ def make_input(rng, n: int) -> np.ndarray:
     return (rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 3, n)).astype(np.float32)
 
 
-def checks(rng) -> list:
+def checks(rng, only=None) -> list:
+    """only: the versions (and of "thread_ids", "axpy" the ops) to check (bench.selected); None: all."""
     out = []
     for n in CHECK_N["sim" if runtime.IS_SIM else "gpu"]:
         x = make_input(rng, n)
         x_d = cuda.to_device(x)
         ref, bound = reference(x), error_bound(x)
-        for v in VERSIONS:
+        for v in (v for v in VERSIONS if bench.selected(only, v)):
             total = bench.poisoned(1, np.float32)
             launch(x_d, total, version=v)
             got = float(total.copy_to_host()[0])
             assert np.isfinite(got) and abs(got - ref) <= bound, f"v{v}, n = {n}: {got} against {ref} (bound {bound})"
             out.append((f"v{v} sum, n = {n:,}", f"within {bound:.1e} of the float64 sum"))
-    ids = thread_ids(3, 64, 150)
-    assert np.array_equal(ids, reference_thread_ids(3, 64, 150)), "thread_ids differ"
-    x, y = make_input(rng, 1001), make_input(rng, 1001)
-    y_d = cuda.to_device(y)
-    axpy(0.5, cuda.to_device(x), y_d, blocks=2)
-    assert np.array_equal(y_d.copy_to_host(), reference_axpy(0.5, x, y)), "axpy differs"
-    out.append(("thread_ids 3 x 64 for 150 rows; axpy n = 1001 on 2 blocks", "bit-exact"))
+    if bench.selected(only, "thread_ids"):
+        ids = thread_ids(3, 64, 150)
+        assert np.array_equal(ids, reference_thread_ids(3, 64, 150)), "thread_ids differ"
+        out.append(("thread_ids 3 x 64 for 150 rows", "bit-exact"))
+    if bench.selected(only, "axpy"):
+        x, y = make_input(rng, 1001), make_input(rng, 1001)
+        y_d = cuda.to_device(y)
+        axpy(0.5, cuda.to_device(x), y_d, blocks=2)
+        assert np.array_equal(y_d.copy_to_host(), reference_axpy(0.5, x, y)), "axpy differs"
+        out.append(("axpy n = 1001 on 2 blocks", "bit-exact"))
     return out
 
 
 def timings(rng, args) -> list:
-    """Every version at n = 2^26 (the bytes read: 4n) against a copy of the same buffer."""
+    """Every version (those in args.only) at n = 2^26 (the bytes read: 4n) against a copy of the same buffer."""
+    only = getattr(args, "only", None)
     x_d = cuda.to_device(make_input(rng, BENCH_N))
     total = cuda.device_array(1, np.float32)
     g = grid(BENCH_N)
     # only the kernel is timed (launch() also zeroes `total` from the host); the sums pile up in total, unread
     rows = [bench.time_row(f"v{v}: {d}", lambda v=v: KERNELS[v][g, THREADS](x_d, total), 4.0 * BENCH_N)
-            for v, d in VERSIONS.items()]
+            for v, d in VERSIONS.items() if bench.selected(only, v)]
     torch = bench.torch_cuda()
-    if torch is not None:
+    if torch is not None and only is None:
         tx = torch.as_tensor(x_d.copy_to_host()).cuda()
         rows.append(bench.time_row("torch.sum", lambda: tx.sum(), 4.0 * BENCH_N,
                                    timer=lambda fn: timing.torch_time_ms(torch, fn)))

@@ -134,7 +134,8 @@ def _inputs(rng, M, N):
     return y, g, dz
 
 
-def checks(rng) -> list:
+def checks(rng, only=None) -> list:
+    """only: the versions to check (bench.selected); None: all."""
     M, N = (7, 45) if runtime.IS_SIM else (1027, 7171)
     y, g, dz = _inputs(rng, M, N)
     ref_z, ref_r = reference_forward(y, g)
@@ -142,7 +143,7 @@ def checks(rng) -> list:
     ref_gy = dz.astype(np.float64) * y * ref_r[:, None]
     dy_, dg_, ddz = cuda.to_device(y), cuda.to_device(g), cuda.to_device(dz)
     out = []
-    for v in VERSIONS:
+    for v in (v for v in VERSIONS if bench.selected(only, v)):
         z, r = bench.poisoned((M, N), np.float32), bench.poisoned(M, np.float32)
         dyo, gy = bench.poisoned((M, N), np.float32), bench.poisoned((M, N), np.float32)
         forward(dy_, dg_, z, r, v)
@@ -156,6 +157,7 @@ def checks(rng) -> list:
 
 
 def timings(rng, args) -> list:
+    """Every version (those in args.only), forward and backward, on 8192 x 7168 float32."""
     M, N = 8192, 7168
     y, g, dz = _inputs(rng, M, N)
     dy_, dg_, ddz = cuda.to_device(y), cuda.to_device(g), cuda.to_device(dz)
@@ -163,6 +165,8 @@ def timings(rng, args) -> list:
     dyo, gy = cuda.device_array((M, N), np.float32), cuda.device_array((M, N), np.float32)
     rows = []
     for v, desc in VERSIONS.items():
+        if not bench.selected(getattr(args, "only", None), v):
+            continue
         rows.append(bench.Row(f"v{v} forward: {desc}", timing.time_ms(lambda v=v: forward(dy_, dg_, z, r, v)),
                               2 * y.nbytes))  # read y, write z
         rows.append(bench.Row(f"v{v} backward: {desc}",

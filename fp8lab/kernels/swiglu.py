@@ -399,7 +399,8 @@ def make_inputs(rng, M: int, F: int):
     return u, dh
 
 
-def checks(rng) -> list:
+def checks(rng, only=None) -> list:
+    """only: the versions and ops ("forward", "backward") to check (bench.selected); None: all."""
     M, F = CHECK_SHAPE["sim" if runtime.IS_SIM else "gpu"]
     u, dh = make_inputs(rng, M, F)
     ref_codes, ref_scale = reference(u)
@@ -408,7 +409,7 @@ def checks(rng) -> list:
     du_ = cuda.to_device(u)
     sshape = ref_scale.shape
     out = []
-    for v in VERSIONS:
+    for v in (v for v in VERSIONS if bench.selected(only, v)):
         for with_h in (False, True) if v == 2 else (True,):
             codes, scale = bench.poisoned((M, F), np.uint8), bench.poisoned(sshape, np.float32)
             h = bench.poisoned((M, F), np.float32) if with_h else None
@@ -419,21 +420,25 @@ def checks(rng) -> list:
             if with_h:
                 bench.assert_close(f"{what} h", h.copy_to_host(), h64, atol=H_ATOL, rtol=H_RTOL)
             out.append((f"{what}: codes, scales of u ({M}, {2 * F})", "bit-exact"))
-    h = bench.poisoned((M, F), np.float32)
-    forward(du_, h)
-    bench.assert_close("forward h", h.copy_to_host(), h64, atol=H_ATOL, rtol=H_RTOL)
-    out.append((f"forward h ({M}, {F})", "within half an ulp of float64"))
-    ddu = bench.poisoned((M, 2 * F), np.float32)
-    backward(du_, cuda.to_device(dh), ddu)
-    atol, rtol = backward_tolerance(u, dh)
-    bench.assert_close("backward du", ddu.copy_to_host(), reference_backward(u, dh), atol=atol, rtol=rtol)
-    out.append((f"backward du ({M}, {2 * F})", "within an ulp of float64"))
+    if bench.selected(only, "forward"):
+        h = bench.poisoned((M, F), np.float32)
+        forward(du_, h)
+        bench.assert_close("forward h", h.copy_to_host(), h64, atol=H_ATOL, rtol=H_RTOL)
+        out.append((f"forward h ({M}, {F})", "within half an ulp of float64"))
+    if bench.selected(only, "backward"):
+        ddu = bench.poisoned((M, 2 * F), np.float32)
+        backward(du_, cuda.to_device(dh), ddu)
+        atol, rtol = backward_tolerance(u, dh)
+        bench.assert_close("backward du", ddu.copy_to_host(), reference_backward(u, dh), atol=atol, rtol=rtol)
+        out.append((f"backward du ({M}, {2 * F})", "within an ulp of float64"))
     return out
 
 
 def timings(rng, args) -> list:
     """Every version and op on u (16384, 5632); bytes = what must be read and written: u (8 per element of h),
-    codes (1) and scales, h (4) where written, h's round trip (4 + 4) for version 1, dh (4) and du (8) backward."""
+    codes (1) and scales, h (4) where written, h's round trip (4 + 4) for version 1, dh (4) and du (8) backward.
+    With args.only, only those versions and ops, no peers."""
+    only = getattr(args, "only", None)
     M, F = BENCH_SHAPE
     u, dh = make_inputs(rng, M, F)
     n = M * F
@@ -442,19 +447,19 @@ def timings(rng, args) -> list:
     codes, scale = cuda.device_array((M, F), np.uint8), cuda.device_array(sshape, np.float32)
     h, ddu = cuda.device_array((M, F), np.float32), cuda.device_array((M, 2 * F), np.float32)
     nscale = scale.size * 4
-    rows = [
-        bench.time_row(f"v1: {VERSIONS[1]}", lambda: forward_quantize(du_, codes, scale, h, version=1),
-                       8 * n + 4 * n + 4 * n + n + nscale, launch=True),
-        bench.time_row(f"v2: {VERSIONS[2]}", lambda: forward_quantize(du_, codes, scale, version=2),
-                       8 * n + n + nscale, launch=True),
-        bench.time_row("v2, h written too", lambda: forward_quantize(du_, codes, scale, h, version=2),
-                       8 * n + 4 * n + n + nscale, launch=True),
-        bench.time_row("forward: float32 h", lambda: forward(du_, h), 8 * n + 4 * n, launch=True),
-        bench.time_row("backward: du from u and dh", lambda: backward(du_, ddh, ddu), 8 * n + 4 * n + 8 * n,
-                       launch=True),
+    timed = [
+        (1, f"v1: {VERSIONS[1]}", lambda: forward_quantize(du_, codes, scale, h, version=1),
+         8 * n + 4 * n + 4 * n + n + nscale),
+        (2, f"v2: {VERSIONS[2]}", lambda: forward_quantize(du_, codes, scale, version=2), 8 * n + n + nscale),
+        (2, "v2, h written too", lambda: forward_quantize(du_, codes, scale, h, version=2),
+         8 * n + 4 * n + n + nscale),
+        ("forward", "forward: float32 h", lambda: forward(du_, h), 8 * n + 4 * n),
+        ("backward", "backward: du from u and dh", lambda: backward(du_, ddh, ddu), 8 * n + 4 * n + 8 * n),
     ]
+    rows = [bench.time_row(label, fn, nbytes, launch=True) for what, label, fn, nbytes in timed
+            if bench.selected(only, what)]
     torch = bench.torch_cuda()
-    if torch is not None:
+    if torch is not None and only is None:
         tu, tdh = torch.from_numpy(u).cuda(), torch.from_numpy(dh).cuda()
         ta, tb = tu[:, :F], tu[:, F:]
         th, tdu = torch.empty((M, F), device="cuda"), torch.empty((M, 2 * F), device="cuda")

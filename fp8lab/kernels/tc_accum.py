@@ -99,6 +99,12 @@ def make_kernel2(fmt_a: str, fmt_b: str):
     return wgmma_probe_kernel
 
 
+def kernel(version: int, fmt_a: str = "e4m3", fmt_b: str = "e4m3"):
+    """The probe kernel of `version` for these formats, built once (runtime.cached)."""
+    make = make_kernel1 if version == 1 else make_kernel2
+    return runtime.cached((f"tc_accum.v{version}", fmt_a, fmt_b), lambda: make(fmt_a, fmt_b))
+
+
 def _check(a_codes, b_codes, c, version):
     version = V.version("version", version, VERSIONS, default=BEST)
     a = V.array("a_codes", a_codes, dtype=np.uint8, ndim=2)
@@ -121,11 +127,9 @@ def probe(a_codes, b_codes, c, version=None, fmt_a: str = "e4m3", fmt_b: str = "
             cuda.to_device(np.ascontiguousarray(c)), d)
     R = a.shape[0]
     if version == 1:
-        k = runtime.cached(("tc_accum.v1", fmt_a, fmt_b), lambda: make_kernel1(fmt_a, fmt_b))
-        k[R // 16, 32](*args)
+        kernel(1, fmt_a, fmt_b)[R // 16, 32](*args)
     else:
-        k = runtime.cached(("tc_accum.v2", fmt_a, fmt_b), lambda: make_kernel2(fmt_a, fmt_b))
-        runtime.launch_with_shared(k, R // 64, 128, _SMEM2, *args)
+        runtime.launch_with_shared(kernel(2, fmt_a, fmt_b), R // 64, 128, _SMEM2, *args)
     return d.copy_to_host()
 
 
@@ -234,14 +238,15 @@ def shift_table(a, c, d) -> list:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def checks(rng) -> list:
-    """Both versions on the crafted families (and fresh random ones): under the simulator bit for bit against
-    `reference` (the twins' FP32 k order); on a GPU within the 13-bit model's bound of float64."""
+def checks(rng, only=None) -> list:
+    """Both versions (those in `only`: bench.selected) on the crafted families (and fresh random ones): under the
+    simulator bit for bit against `reference` (the twins' FP32 k order); on a GPU within the 13-bit model's bound
+    of float64."""
     out = []
     fam = probes(rng, 64 if runtime.IS_SIM else 64 * 8)
     for name, (a, b, c) in fam.items():
         ex = exact(a, b, c)
-        for v in VERSIONS:
+        for v in (v for v in VERSIONS if bench.selected(only, v)):
             d = probe(a, b, c, version=v)
             if np.isnan(d).any():
                 raise AssertionError(f"v{v} {name}: NaN in the output (an element was not written)")
@@ -262,13 +267,13 @@ def checks(rng) -> list:
     return out
 
 
-def record(rng) -> dict:
-    """Everything measured here, JSON-ready: per family and version, the candidates' match fractions; the shift
-    table; the raw inputs and outputs of the "spread" family."""
+def record(rng, versions=None) -> dict:
+    """Everything measured here, JSON-ready: per family and version (of `versions`; None: all), the candidates'
+    match fractions; the shift table; the raw inputs and outputs of the "spread" family."""
     data = {"device": runtime.device_info().get("name", "?"), "families": {}}
     for name, (a, b, c) in probes(rng).items():
         fam = data["families"][name] = {}
-        for v in VERSIONS:
+        for v in (VERSIONS if versions is None else versions):
             d = probe(a, b, c, version=v)
             fam[f"v{v}"] = {"matches": model_matches(a, b, c, d)}
             if name == "shift":
@@ -282,17 +287,19 @@ OPTIONS = {"--record": dict(metavar="FILE", help="write the measurements (and th
 
 
 def timings(rng, args) -> list:
-    """The accumulator experiment on the GPU: which model each instruction matches on each family."""
-    data = record(rng)
+    """The accumulator experiment on the GPU: which model each instruction (of the versions in args.only) matches on
+    each family."""
+    versions = [v for v in VERSIONS if bench.selected(getattr(args, "only", None), v)]
+    data = record(rng, versions)
     if getattr(args, "record", None):
         with open(args.record, "w") as f:
             json.dump(data, f)
-    cands = list(next(iter(data["families"].values()))["v1"]["matches"])
+    cands = list(next(iter(data["families"].values()))[f"v{versions[0]}"]["matches"])
     cells = [[f"{name}, v{v}"] + [f"{fam[f'v{v}']['matches'][k]:.3f}" for k in cands]
-             for name, fam in data["families"].items() for v in VERSIONS]
+             for name, fam in data["families"].items() for v in versions]
     tables = [bench.Table("Fraction of outputs equal bit for bit to each candidate (fp32 = k-order FP32 sums, "
                           "modelN = fp8lab.accum with N mantissa bits)", None, header=["family"] + cands, cells=cells)]
-    for v in VERSIONS:
+    for v in versions:
         tab = data["families"]["shift"][f"v{v}"]["table"]
         tables.append(bench.Table(f"v{v}: C = 2^s plus one product p: the first s at which p is lost", None,
                                   header=["p", "first s lost"], cells=[[r["product"], r["first_shift_lost"]]
