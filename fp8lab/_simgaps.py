@@ -204,19 +204,22 @@ def _manager_run(self, *args):
 
 
 def _names_cuda(fn) -> bool:
-    """Whether fn's code (nested code objects included) reads a global or closure variable bound to numba.cuda."""
+    """Whether fn's code (nested code objects included) reads a global or closure variable bound to numba.cuda, or to
+    the simulator's stand-in for it (while a kernel of fn's module runs, the simulator has swapped it in there: a
+    kernel from another module, a lecture's editable copy, may call fn later, with numba.cuda back in place)."""
     from numba import cuda
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule
 
     names, stack = set(), [fn.__code__]
     while stack:
         code = stack.pop()
         names.update(code.co_names)
         stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-    if any(fn.__globals__.get(n) is cuda for n in names):
+    if any(fn.__globals__.get(n) is cuda or isinstance(fn.__globals__.get(n), FakeCUDAModule) for n in names):
         return True
     for cell in fn.__closure__ or ():
         try:
-            if cell.cell_contents is cuda:
+            if cell.cell_contents is cuda or isinstance(cell.cell_contents, FakeCUDAModule):
                 return True
         except ValueError:  # an empty cell
             pass
