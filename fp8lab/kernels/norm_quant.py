@@ -196,6 +196,37 @@ def load4_row(a, i, c, N, vec, inside):
     return load4(a, i, c, i + 1, N, 0)
 
 
+@cuda.jit(device=True)
+def sum_squares(y, bv, nvals, has_bias):
+    """y += b in this thread's registers (when there is a bias), then the thread's sum of y^2 (versions 2 and 3)."""
+    if has_bias:
+        for i in range(nvals):
+            y[i] += bv[i]
+    ss = _ZERO
+    for i in range(nvals):
+        ss += y[i] * y[i]
+    return ss
+
+
+@cuda.jit(device=True)
+def normalize_set(y, i0, r, gv):
+    """One tile set of a lane (versions 2 and 3): z = y * rstd * g in place of y[i0 : i0 + SET_VALUES], the tile's amax
+    over its 8 lanes by xor-shuffles, and its (scale, inv); a NaN or +-Inf z makes the amax NaN (z * 0 is NaN then),
+    which poisons the tile."""
+    amax = _ZERO
+    bad = _ZERO
+    for j in range(SET_VALUES):
+        y[i0 + j] = y[i0 + j] * r * gv[j]
+        amax = max(amax, abs(y[i0 + j]))  # a plain max: NaN is caught by `bad`
+        bad += y[i0 + j] * _ZERO
+    amax += bad
+    off = LANES // 2
+    while off > 0:  # xor partners stay inside the tile's 8 lanes
+        amax = nanmax(amax, shfl_xor_sync(FULL_MASK, amax, off))
+        off //= 2
+    return amax_scale(amax, _E4M3_MAX)
+
+
 def make_forward_kernel2(warps: int, sets: int, has_bias: bool, write_z: bool, vec: int):
     """Version 2 for blocks of `warps` warps, each holding up to `sets` tile sets of a row; bias, z output and
     16-byte access compiled in. With the block size a constant, every load's offset from the thread's first
@@ -232,14 +263,8 @@ def make_forward_kernel2(warps: int, sets: int, has_bias: bool, write_z: bool, v
                 y[i], y[i + 1], y[i + 2], y[i + 3] = load4_row(x, m, c, N, vec, s < sets - 1)
                 if has_bias:
                     bv[i], bv[i + 1], bv[i + 2], bv[i + 3] = load4_row(b, 0, c, N, vec, s < sets - 1)
-        if has_bias:
-            for i in range(nvals):
-                y[i] += bv[i]
         # 2. rstd (elements past N are 0)
-        ss = _ZERO
-        for i in range(nvals):
-            ss += y[i] * y[i]
-        ss = block_sum(ss, slots)
+        ss = block_sum(sum_squares(y, bv, nvals, has_bias), slots)
         r = np.float32(_ONE / math.sqrt(ss / np.float32(N) + EPS))
         if cuda.threadIdx.x == 0:
             rstd[m] = r
@@ -252,19 +277,7 @@ def make_forward_kernel2(warps: int, sets: int, has_bias: bool, write_z: bool, v
                 for q in range(4):  # g (L1/L2 hits) for the whole set first
                     gv[4 * q], gv[4 * q + 1], gv[4 * q + 2], gv[4 * q + 3] = load4_row(
                         g, 0, c0 + q * LANES * 4, N, vec, s < sets - 1)
-                amax = _ZERO
-                bad = _ZERO  # stays 0 unless some z is NaN or +-Inf (z * 0 is NaN then): poisons the tile
-                for j in range(SET_VALUES):
-                    i = s * SET_VALUES + j
-                    y[i] = y[i] * r * gv[j]  # z replaces y in the registers
-                    amax = max(amax, abs(y[i]))  # a plain max: NaN is caught by `bad`
-                    bad += y[i] * _ZERO
-                amax += bad
-                off = LANES // 2
-                while off > 0:  # xor partners stay inside the tile's 8 lanes
-                    amax = nanmax(amax, shfl_xor_sync(FULL_MASK, amax, off))
-                    off //= 2
-                scale, inv = amax_scale(amax, _E4M3_MAX)
+                scale, inv = normalize_set(y, s * SET_VALUES, r, gv)  # z replaces y in the registers
                 if tk < ntiles:
                     for q in range(4):
                         c = c0 + q * LANES * 4
@@ -398,14 +411,8 @@ def make_forward_kernel3(warps: int, sets: int, has_bias: bool, write_z: bool, e
                     y[i], y[i + 1], y[i + 2], y[i + 3] = ld_smem(ring, stage * span + k)
                     if has_bias:
                         bv[i], bv[i + 1], bv[i + 2], bv[i + 3] = load_row(b, k, N, exact or s < sets - 1)
-            if has_bias:
-                for i in range(nvals):
-                    y[i] += bv[i]
             # rstd: block_sum's order (warp_sum, then the warps' sums by warp_sum)
-            ss = _ZERO
-            for i in range(nvals):
-                ss += y[i] * y[i]
-            ss = warp_sum(ss)
+            ss = warp_sum(sum_squares(y, bv, nvals, has_bias))
             if warps > 1:
                 if lane == 0:
                     slots[par, warp] = ss
@@ -423,19 +430,7 @@ def make_forward_kernel3(warps: int, sets: int, has_bias: bool, write_z: bool, e
                     for q in range(4):
                         gv[4 * q], gv[4 * q + 1], gv[4 * q + 2], gv[4 * q + 3] = load_row(
                             g, c0 + q * q_step, N, exact or s < sets - 1)
-                    amax = _ZERO
-                    bad = _ZERO  # stays 0 unless some z is NaN or +-Inf: poisons the tile
-                    for j in range(SET_VALUES):
-                        i = s * SET_VALUES + j
-                        y[i] = y[i] * r * gv[j]
-                        amax = max(amax, abs(y[i]))
-                        bad += y[i] * _ZERO
-                    amax += bad
-                    off = LANES // 2
-                    while off > 0:  # xor partners stay inside the tile's 8 lanes
-                        amax = nanmax(amax, shfl_xor_sync(FULL_MASK, amax, off))
-                        off //= 2
-                    scale, inv = amax_scale(amax, _E4M3_MAX)
+                    scale, inv = normalize_set(y, s * SET_VALUES, r, gv)
                     i0 = s * SET_VALUES
                     w0 = poison4
                     w1 = poison4
