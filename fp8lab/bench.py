@@ -244,6 +244,12 @@ def _short(module_name: str) -> str:
     return module_name.rsplit(".", 1)[-1]
 
 
+def device_label() -> str:
+    """The device as tables and recordings name it: "NVIDIA H200 (132 SMs, cc 9.0)" (the simulator: its name)."""
+    dev = runtime.device_info()
+    return dev["name"] if runtime.IS_SIM else f"{dev['name']} ({dev['sms']} SMs, cc {dev['cc']})"
+
+
 def software_versions() -> str:
     from importlib import metadata
 
@@ -258,7 +264,7 @@ def software_versions() -> str:
 
 def _markdown(module, short, checks, tables, seconds, flags=()) -> str:
     dev = runtime.device_info()
-    where = dev["name"] if runtime.IS_SIM else f"{dev['name']} ({dev['sms']} SMs, cc {dev['cc']})"
+    where = device_label()
     command = " ".join(["fp8lab bench", short, "--markdown", *flags])
     lines = [f"### {short}: {(module.__doc__ or '').strip().splitlines()[0]}", "",
              f"`{command}` · {datetime.date.today().isoformat()} · {where} · "

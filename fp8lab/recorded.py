@@ -54,8 +54,7 @@ def _record(key: str, value) -> None:
     except FileNotFoundError:
         data = {"how": "measurement cells of the lectures, run on a GPU by `scripts/site.py execute --backend gpu "
                        "--record PATH` (fp8lab.recorded)", "entries": {}}
-    info = runtime.device_info()
-    data["entries"][key] = {"value": value, "device": f"{info['name']} ({info['sms']} SMs, cc {info['cc']})",
+    data["entries"][key] = {"value": value, "device": bench.device_label(),
                             "date": datetime.date.today().isoformat(), "software": bench.software_versions()}
     data["entries"] = dict(sorted(data["entries"].items()))
     # write beside, then rename: a run stopped half-way never leaves a truncated file
