@@ -282,15 +282,18 @@ def _codes_hint(x, scale, got, want):
         return ("elements beyond E4M3's range came out NaN (0x7F / 0xFF): the cast saturates, like PTX "
                 "cvt.rn.satfinite: formats.encode(x / scale) (saturate=True, the default) clamps them to +-448 "
                 "(0x7E / 0xFE); ml_dtypes' astype and saturate=False give NaN instead")
+    recip = ("you multiplied by 1 / scale (or FP8_MAX / amax, TE's way): that rounds twice, and a value next to "
+             "an E4M3 rounding tie can land on the other side; the cast here divides: "
+             "formats.encode(x / scale) in float32")
+    f64 = ("you divided in float64: keep x and the scale float32 (x / np.float32(scale)), so the quotient is "
+           "rounded to float32 first, as a kernel's float32 arithmetic would; formats.encode of a float64 "
+           "value rounds it once, directly, and differs next to a rounding tie")
     with np.errstate(over="ignore"):
-        if np.array_equal(got, formats.encode((x * (_F(1) / _F(scale))).astype(_F))):
-            return ("you multiplied by 1 / scale (or FP8_MAX / amax, TE's way): that rounds twice, and a value next to "
-                    "an E4M3 rounding tie can land on the other side; the cast here divides: "
-                    "formats.encode(x / scale) in float32")
-        if np.array_equal(got, formats.encode(x.astype(np.float64) / np.float64(scale))):
-            return ("you divided in float64: keep x and the scale float32 (x / np.float32(scale)), so the quotient is "
-                    "rounded to float32 first, as a kernel's float32 arithmetic would; formats.encode of a float64 "
-                    "value rounds it once, directly, and differs next to a rounding tie")
+        found = [h for h, codes in ((recip, formats.encode((x * (_F(1) / _F(scale))).astype(_F))),
+                                    (f64, formats.encode(x.astype(np.float64) / np.float64(scale))))
+                 if np.array_equal(got, codes)]
+    if found:  # on some draws both mistakes give these codes: name both
+        return " Or: ".join(found)
     if np.array_equal(got, spec.quantize_tensor(x)[0]):
         return ("these codes use the current scale (this step's own amax); quantize with the delayed scale you "
                 "return for this step")
