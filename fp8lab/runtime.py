@@ -134,6 +134,7 @@ def numba_type(name: str):
 
 _DYNAMIC_SHARED: dict = {}  # (id of a compiled kernel, device) -> (the dynamic shared memory it may use, the kernel)
 STATIC_SHARED_LIMIT = 48 * 1024  # bytes a kernel may use without opting in (CUDA C++ Programming Guide)
+_FITS_STATIC: dict = {}  # (id of a kernel, dynamic bytes) -> (the kernel,) where static + dynamic need no opt-in
 
 
 def allow_dynamic_shared(kernel, args, nbytes: int) -> None:
@@ -141,9 +142,15 @@ def allow_dynamic_shared(kernel, args, nbytes: int) -> None:
     (cuFuncSetAttribute, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; up to 227 KiB per block on sm_90); numba
     has no option for it, so this sets the attribute on the compiled kernel (numba-cuda 0.30 loads kernels as
     CUkernel handles: cuKernelSetAttribute, as numba's own set_shared_memory_carveout does) once per kernel and
-    size. Nothing to do under the simulator or up to 48 KiB."""
-    if not IS_SIM and nbytes > STATIC_SHARED_LIMIT:
+    size. The 48 KiB count the kernel's static shared arrays too (48 KiB of dynamic memory beside a static array
+    fail to launch without the opt-in). Nothing to do under the simulator or up to 48 KiB in all."""
+    if not IS_SIM and nbytes > 0:
+        if _FITS_STATIC.get((id(kernel), nbytes), (None,))[0] is kernel:  # a launcher's per-call check, made cheap
+            return
         compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        if nbytes + compiled.shared_mem_per_block <= STATIC_SHARED_LIMIT:
+            _FITS_STATIC[(id(kernel), nbytes)] = (kernel,)  # the kernel is kept: its id is never reused
+            return
         cufunc = compiled._codelibrary.get_cufunc()
         key = (id(compiled), cufunc.device.id)
         if _DYNAMIC_SHARED.get(key, (0,))[0] < nbytes:

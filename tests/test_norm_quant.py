@@ -74,10 +74,11 @@ def test_forward_bit_exact(rng, version, shape):
 
 
 @pytest.mark.parametrize("version, threads, bias", [(2, 64, True), (2, 96, False), (1, 64, False), (3, 64, True),
-                                                    (3, 96, False)])
+                                                    (3, 96, False), (4, 96, True)])
 def test_forward_several_warps(rng, version, threads, bias):
     """Blocks of 2-3 warps (the simulator's default is one): 9 tiles = 3 sets, the last set partial and a warp
-    without tiles at 96 threads; the block reduction meets in shared memory."""
+    without tiles at 96 threads; the block reduction meets in shared memory. Version 4: 3 rows a block, one warp
+    each (the 3 rows fill one block)."""
     x, b, g, _ = nq.make_inputs(rng, 3, 1100, bias)
     check_forward(x, b, g, *launch_forward(x, b, g, version, threads=threads))
 
@@ -117,30 +118,59 @@ stages (9 rows: 5 and 4)."""
 V3_BIG = [(4099, 7168, True), (1027, 7172, False), (2053, 1024, False), (16384, 7168, False)]
 
 
-@pytest.mark.parametrize("shape", V3_SMALL, ids=lambda s: "x".join(map(str, s[:2])) + ("-bias" if s[2] else ""))
-def test_forward3_ring(rng, shape):
+def test_block_sizes3():
+    """One tile set per thread up to 32 warps, more sets beyond; N = 7168: 14 warps."""
+    assert nq.forward_warps3(1024) == (2, 1) and nq.forward_warps3(7168) == (14, 1)
+    assert nq.forward_warps3(16384) == (32, 1) and nq.forward_warps3(16385) == (32, 2)
+
+
+# ------------------------------------------------------------------------------------------------------ version 4
+
+V4_SMALL = [(9, 1024, False, True), (5, 2048, True, False), (3, 1540, True, True), (7, 400, False, False),
+            (3, 2052, True, True), (4, 1030, False, False)]
+"""(M, N, bias, z asked for): 1024 and 2048 rows one warp covers exactly (2 and 4 tile sets a lane; a NaN in row 1
+of the 1024s), 1540 a partial set and a partial tile, 400 one partial set; M not a multiple of the rows a block
+(2 under the simulator, 8 on a GPU), so the last block has warps past the last row. 2052 is over 2048 (version 4
+runs version 3) and 1030 is not a multiple of 4 (version 2)."""
+# 4096: version 3 with a 48 KiB ring beside its static shared slots (the opt-in beyond 48 KiB counts both)
+V4_BIG = [(16387, 1024, False), (16384, 1024, True), (2053, 2048, True), (1029, 1540, False), (1031, 7168, True),
+          (1025, 4096, False)]
+
+
+def _shape_id(s) -> str:
+    return "x".join(map(str, s[:2])) + ("-bias" if s[2] else "")
+
+
+@pytest.mark.parametrize("version, shape", [pytest.param(v, s, id=f"v{v}-{_shape_id(s)}")
+                                            for v, small in ((3, V3_SMALL), (4, V4_SMALL)) for s in small])
+def test_forward_ring_and_warp_rows(rng, version, shape):
     M, N, bias, with_z = shape
     x, b, g, _ = nq.make_inputs(rng, M, N, bias)
     if N == 1024:
         x[1, 7] = np.nan  # poisons row 1 only
-    codes, scales, rstd, z = launch_forward(x, b, g, 3, with_z=with_z)
+    codes, scales, rstd, z = launch_forward(x, b, g, version, with_z=with_z)
     check_forward(x, b, g, codes, scales, rstd, z)
     if N == 1024:
         assert np.isnan(rstd[1]) and (codes[1] == spec.POISON_CODE).all() and np.isfinite(rstd[[0, 2]]).all()
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", V3_BIG, ids=lambda s: "x".join(map(str, s[:2])) + ("-bias" if s[2] else ""))
-def test_forward3_gpu(rng, shape):
+@pytest.mark.parametrize("version, shape", [pytest.param(v, s, id=f"v{v}-{_shape_id(s)}")
+                                            for v, big in ((3, V3_BIG), (4, V4_BIG)) for s in big])
+def test_forward_ring_and_warp_rows_gpu(rng, version, shape):
     M, N, bias = shape
     x, b, g, _ = nq.make_inputs(rng, M, N, bias)
-    check_forward(x, b, g, *launch_forward(x, b, g, 3, with_z=False))
+    check_forward(x, b, g, *launch_forward(x, b, g, version, with_z=N == 1540))
 
 
-def test_block_sizes3():
-    """One tile set per thread up to 32 warps, more sets beyond; N = 7168: 14 warps."""
-    assert nq.forward_warps3(1024) == (2, 1) and nq.forward_warps3(7168) == (14, 1)
-    assert nq.forward_warps3(16384) == (32, 1) and nq.forward_warps3(16385) == (32, 2)
+def test_forward4_same_rstd_as_version2_at_1024(rng):
+    """At N = 1024 version 2's block is one warp in the same layout: both sum in the same order, so the language
+    model's rstd (and codes) do not change with the default version."""
+    x, b, g, _ = nq.make_inputs(rng, 5, 1024, False)
+    out2 = launch_forward(x, b, g, 2, with_z=False)
+    out4 = launch_forward(x, b, g, 4, with_z=False)
+    for a2, a4 in zip(out2[:3], out4[:3]):
+        assert np.array_equal(a2, a4, equal_nan=True)
 
 
 # ------------------------------------------------------------------------------------------------------ backward
@@ -227,8 +257,8 @@ def test_bad_input_forward(outs):
         nq.forward(x, b, g, codes, cuda.device_array((5, 2), np.float32), rstd)
     with pytest.raises(TypeError, match=r"codes must have dtype uint8"):
         nq.forward(x, b, g, cuda.device_array((5, 300), np.int8), scales, rstd)
-    with pytest.raises(ValueError, match=r"version must be None or an int in \(1, 2, 3\), got 4"):
-        nq.forward(x, b, g, codes, scales, rstd, version=4)
+    with pytest.raises(ValueError, match=r"version must be None or an int in \(1, 2, 3, 4\), got 5"):
+        nq.forward(x, b, g, codes, scales, rstd, version=5)
     with pytest.raises(TypeError, match=r"version must be"):
         nq.forward(x, b, g, codes, scales, rstd, version=True)
     with pytest.raises(ValueError, match=r"threads must be None or a multiple of 32 up to 1024, got 48"):

@@ -16,8 +16,10 @@ version 1: unfused: a row kernel (one block per row, block reduction) writes z t
            kernel reads z back and quantizes it: z makes a round trip (8 more bytes per element than needed).
 version 2: fused: one block per row keeps its row in registers, reduces rstd, then computes z tile by tile, finds
            each tile's amax with warp shuffles and writes codes and scales; z reaches memory only when asked for.
-version 3: version 2's math in persistent blocks that stream rows through a shared-memory ring (cp.async), with
-           rows further ahead prefetched into L2: faster than version 2 for wide rows with a bias.
+version 3: version 2's math in persistent blocks that stream rows through a shared-memory ring (cp.async), b and
+           g kept beside it: faster than version 2 for wide rows.
+version 4: narrow rows (N <= 2048): one warp per row, 8 rows a block, b and g staged once per block in shared
+           memory; wider rows run version 3. BEST: over 85% of copy at N = 1024, 2048 and 7168, bias or not.
 
 How version 2 moves only the bytes that must move (x read, codes written: 5 bytes per element; b, g, scales and
 rstd are small, and b and g stay in the L2 cache), at the bandwidth of a copy:
@@ -45,26 +47,43 @@ rstd are small, and b and g stay in the L2 cache), at the bandwidth of a copy:
 How version 3 keeps more of x in flight (version 2 at N = 7168 with a bias: 80 registers a thread, 3 blocks of
 224 threads an SM, each with one row, and a block's loads are in flight only until its reduction starts):
 - Persistent blocks, as many as fit on the GPU at once (the occupancy calculator: 2 an SM at N = 7168): block k
-  takes rows k, k + grid, ...; each thread holds one tile set (N = 7168: 14 warps) in version 2's layout. A ring
-  of STAGES3 = 3 rows in dynamic shared memory (84 KiB at N = 7168): while a row is reduced and written, the next
-  2 are arriving by cp.async, and thread 0 asks L2 for the L2_AHEAD3 = 2 rows after those
-  (cp.async.bulk.prefetch.L2, sm_90). Each thread copies exactly the float4s it later reads, so the ring needs
-  cp.async.wait_group, not a barrier.
-- b and g are loaded per row through the read-only path with an L1 evict-last hint (ld.global.nc.L1::evict_last,
-  volatile so that the compiler does not hoist them out of the row loop: a candidate keeping them in registers for
-  all of a block's rows took 96-115 registers a thread); the block reduction uses two slot buffers, one barrier
-  per row. ptxas (CUDA 13.0, sm_90) at N = 7168: 68 registers a thread with a bias, 64 without, no spills.
-- The same z = (y * rstd) * g, amax, scale and cvt as version 2: codes, scales and z bit for bit the reference
-  given the kernel's rstd. Its rstd may differ from version 2's in the last bits (one set per thread, not two:
-  another order of additions). Rows not a multiple of 4 floats or not 16-byte aligned, and rows whose ring would
-  pass MAX_SHARED3 (N > 16384: two sets a thread), run version 2.
-Measured on an NVIDIA H200 on 2026-12-04 by a sweep of candidates against version 2 (percent of a copy timed in
-the same run, bytes = x read + codes written, x (16384, N)): N = 7168 with a bias 85.8% (version 2: 75.1%),
-without 90.6% (92.0%); N = 1024 with a bias 64.7% (74.3%), without 70.6% (81.7%). Of the other candidates timed,
-b and g in shared memory next to a ring of 2 rows reached 87.6% at N = 7168 with a bias but 84.0% without, a
-ring of 3 with them 81.6% / 82.5%, and version 2's blocks with an L2 prefetch one wave ahead 73.7% / 93.2% (68.3% /
-71.7% at N = 1024); this one is the best with a bias that keeps ~91% without. BEST stays 2: it is faster at
-N = 1024 and without a bias, which is what the capstone's language model runs (lm_engine: no bias).
+  takes rows k, k + grid, ...; each thread holds one tile set (N = 7168: 14 warps) in version 2's layout. Rows
+  stream through a ring in dynamic shared memory: while a row is reduced and written, the next ones are arriving
+  by cp.async. Each thread copies exactly the float4s it later reads, so the ring needs cp.async.wait_group, not a
+  barrier.
+- Without a bias: a ring of STAGES3 = 3 rows (84 KiB at N = 7168); g is loaded per row through the read-only path
+  with an L1 evict-last hint (ld.global.nc.L1::evict_last, volatile so that the compiler does not hoist it out of
+  the row loop into registers).
+- With a bias: each thread keeps the float4s of b and g it reads in shared memory after the ring (loaded once,
+  its own, so again no barrier), and the ring holds STAGES3_BIAS = 2 rows in the third row's room (112 KiB at
+  N = 7168, still 2 blocks an SM); thread 0 asks L2 for the L2_AHEAD3 = 2 rows after the ring's
+  (cp.async.bulk.prefetch.L2, sm_90). Read per row from L1 instead, b and g compete with the ring for the SM's
+  256 KiB of L1 + shared memory.
+- The block reduction uses two slot buffers, one barrier per row. The same z = (y * rstd) * g, amax, scale and cvt
+  as version 2: codes, scales and z bit for bit the reference given the kernel's rstd. Its rstd may differ from
+  version 2's in the last bits (one set per thread, not two: another order of additions). Rows not a multiple of 4
+  floats or not 16-byte aligned, and rows whose ring would pass MAX_SHARED3 (N > 16384: two sets a thread), run
+  version 2.
+Measured on an NVIDIA H200 on 2026-12-04 (percent of a copy timed in the same run, bytes = x read + codes written,
+x (16384, N), three timings each): with a bias, b and g read per row with a ring of 3 rows 85-86% at N = 7168 and
+78% at N = 4096 (version 2: 75.5% and 82.5%); b alone kept with a ring of 2: 91-92% / 82%; b alone with a ring of
+3: 87% / 85%; b and g with a ring of 3: 83% / 89%; b and g with a ring of 2 (this version): 86-88% / 88%, the best
+at both widths. Without a bias, the same L2 prefetch cost 91% against 97% without it at N = 7168. Version 3 loses
+to version 2 on narrow rows (N = 1024: 63-74% of copy against version 2's 74-83%): version 4 takes those.
+
+How version 4 reaches copy speed on narrow rows (N = 1024, the capstone's width: version 2 there is a block of one
+warp per row, 74-76% of copy with a bias, 81-84% without; version 3's ring 63-74%):
+- A row of N <= 2048 fits one warp in version 2's layout (2 tile sets a lane at N = 1024, 4 at 2048), so its sum
+  of squares is one warp_sum: no block reduction. A block holds 8 such rows, one per warp.
+- The block stages b and g (zeros past N) in shared memory once for its 8 rows, while its x loads are in flight;
+  after the one barrier each warp reads them with ld.shared.v4.f32 where version 2 loads them from global memory
+  (L1/L2 hits) for every row, 8 loads a lane per array at N = 1024.
+Measured on an NVIDIA H200 on 2026-12-04 by a sweep of 14 candidates (percent of a copy timed in the same run,
+x (16384, N)): one warp per row with b and g in shared memory, 8 rows a block: N = 1024 90.8% with a bias, 92.9%
+without (version 2: 76.0%, 84.2%); N = 2048 87.4% / 97.3% (79.6% / 91.5%). The same kernel reading b and g from
+global memory: 74.7% / 86.2% at N = 1024; with 2, 4 or 16 rows a block: 69.1-87.5% with a bias. Persistent warps
+(the next row's x prefetched into registers, 96 registers a thread) 86.5% / 90.0%; per-warp cp.async rings of 2-4
+rows 78.7-85.6% with a bias; an L2 prefetch ahead of them 68-73%.
 
 Backward (`backward`, one version; y = x + b is recomputed, not stored), with dot = sum_n dz * g * y per row:
     dy = rstd * g * dz - rstd^3 * y * dot / N    (dx = dy, since y = x + b; db = column sum of dy)
@@ -227,6 +246,28 @@ def normalize_set(y, i0, r, gv):
     return amax_scale(amax, _E4M3_MAX)
 
 
+_CVT_E4M3X2 = CVT_X2["e4m3"]
+_POISON4 = np.uint32(POISON_CODE * 0x01010101)
+
+
+@cuda.jit(device=True)
+def pack4(z0, z1, z2, z3):
+    """Four E4M3 codes in a little-endian uint32 (z0 in the low byte): two cvt.rn.satfinite.e4m3x2.f32."""
+    return np.uint32(_CVT_E4M3X2(z1, z0)) | (np.uint32(_CVT_E4M3X2(z3, z2)) << np.uint32(16))
+
+
+@cuda.jit(device=True)
+def pack_set(y, i0, inv):
+    """A lane's 16 codes of a set (z in y[i0 : i0 + 16], times inv) as four uint32 words, or four poisoned words
+    when inv is NaN (versions 3 and 4; all four words before any store, which takes fewer registers)."""
+    if inv != inv:
+        return _POISON4, _POISON4, _POISON4, _POISON4
+    return (pack4(y[i0] * inv, y[i0 + 1] * inv, y[i0 + 2] * inv, y[i0 + 3] * inv),
+            pack4(y[i0 + 4] * inv, y[i0 + 5] * inv, y[i0 + 6] * inv, y[i0 + 7] * inv),
+            pack4(y[i0 + 8] * inv, y[i0 + 9] * inv, y[i0 + 10] * inv, y[i0 + 11] * inv),
+            pack4(y[i0 + 12] * inv, y[i0 + 13] * inv, y[i0 + 14] * inv, y[i0 + 15] * inv))
+
+
 def make_forward_kernel2(warps: int, sets: int, has_bias: bool, write_z: bool, vec: int):
     """Version 2 for blocks of `warps` warps, each holding up to `sets` tile sets of a row; bias, z output and
     16-byte access compiled in. With the block size a constant, every load's offset from the thread's first
@@ -306,7 +347,8 @@ def make_forward_kernel2(warps: int, sets: int, has_bias: bool, write_z: bool, v
 # ----------------------------------------------------------------------------------------------------------------
 
 STAGES3 = 3  # version 3: rows a block's ring holds (stages - 1 in flight while one is used)
-L2_AHEAD3 = 2  # version 3: rows past the ring's that a block asks L2 for
+STAGES3_BIAS = 2  # with a bias: b and g are kept in shared memory after the ring, in the room of its third row
+L2_AHEAD3 = 2  # version 3 with a bias: rows past the ring's that a block asks L2 for (none without a bias)
 MAX_SHARED3 = 227 * 1024  # dynamic shared memory a block may have on sm_90; a larger ring runs version 2
 SIM_RESIDENT = 2  # version 3 under the simulator: 2 blocks, so that each takes several rows around its ring
 _F32T = runtime.numba_type("float32")  # dynamic shared arrays take numba's type on both backends
@@ -320,23 +362,30 @@ def forward_warps3(N: int) -> tuple[int, int]:
     return warps, -(-nsets // warps)
 
 
+def ring3(has_bias: bool) -> tuple[int, int]:
+    """Version 3's (rows in the ring, rows' worth of b and g kept after it): (3, 0) without a bias, (2, 2) with."""
+    return (STAGES3_BIAS, 2) if has_bias else (STAGES3, 0)
+
+
 def make_forward_kernel3(warps: int, sets: int, has_bias: bool, write_z: bool, exact: int):
     """Version 3 for blocks of `warps` warps, each thread holding up to `sets` tile sets of a row (version 2's
     layout); rows 16-byte aligned with N % 4 == 0 (cp.async copies 16 aligned bytes). exact: the layout covers the
     row exactly (N = warps * sets * 512), so no access needs a bound: each one base address plus a constant."""
-    cvt_x2 = CVT_X2["e4m3"]
     nvals = sets * SET_VALUES
     nbias = nvals if has_bias else 1
     set_stride = warps * TILES_PER_SET * TILE  # elements between a thread's sets
     set_words = set_stride // 4
     span = sets * set_stride  # floats of one ring stage (the block's layout of a row)
-    poison4 = np.uint32(POISON_CODE * 0x01010101)
     load_bg = ptx.ld_global_nc_v4_f32  # volatile: loaded per row, not hoisted out of the row loop into registers
-    wait = ptx.cp_async_wait_group(STAGES3 - 1)
+    stages = ring3(has_bias)[0]
+    bo = stages * span  # with a bias: where b is kept, then g
+    go = bo + span
+    wait = ptx.cp_async_wait_group(stages - 1)
     ld_smem = ptx.ld_shared_v4_f32_1d
     cp16 = ptx.cp_async_16
     commit = ptx.cp_async_commit
     prefetch = ptx.prefetch_l2_bulk
+    ahead = L2_AHEAD3 if has_bias else 0  # measured: without a bias the prefetches cost more than they bring
     q_step = LANES * 4  # elements between a lane's float4s in a tile
 
     @cuda.jit(device=True)
@@ -348,11 +397,6 @@ def make_forward_kernel3(warps: int, sets: int, has_bias: bool, write_z: bool, e
         v0, v1, v2, v3 = load_bg(a, 0, c if ok else N - 4)
         return (v0 if ok else _ZERO), (v1 if ok else _ZERO), (v2 if ok else _ZERO), (v3 if ok else _ZERO)
 
-    @cuda.jit(device=True)
-    def pack4(z0, z1, z2, z3):
-        """Four E4M3 codes in a little-endian uint32 (z0 in the low byte): two cvt.rn.satfinite.e4m3x2.f32."""
-        return np.uint32(cvt_x2(z1, z0)) | (np.uint32(cvt_x2(z3, z2)) << np.uint32(16))
-
     @cuda.jit
     def norm_quant_kernel3(x, xb, b, g, codes4, scales, rstd, z):
         """x (M, N), xb the same as bytes (for cp.async); b, g (1, N) views; codes4 codes as uint32 (M, N/4).
@@ -361,7 +405,7 @@ def make_forward_kernel3(warps: int, sets: int, has_bias: bool, write_z: bool, e
         bv = cuda.local.array(nbias, np.float32)
         gv = cuda.local.array(SET_VALUES, np.float32)
         slots = cuda.shared.array((2, 32), np.float32)  # two buffers: one barrier per row
-        ring = cuda.shared.array(0, _F32T)  # STAGES3 x span floats
+        ring = cuda.shared.array(0, _F32T)  # stages x span floats, then b and g with a bias
         M, N = x.shape
         ntiles = scales.shape[1]
         lane = cuda.threadIdx.x % WARP_SIZE
@@ -373,12 +417,12 @@ def make_forward_kernel3(warps: int, sets: int, has_bias: bool, write_z: bool, e
         fw = tile0 * (TILE // 4) + gl  # the same as a word of codes4: then + s * set_words + q * LANES
         grid = cuda.gridDim.x
         m = cuda.blockIdx.x
-        if cuda.threadIdx.x == 0:
-            for p in range(STAGES3 - 1, STAGES3 - 1 + L2_AHEAD3):  # the rows after the ring's first ones
+        if ahead > 0 and cuda.threadIdx.x == 0:
+            for p in range(stages - 1, stages - 1 + ahead):  # the rows after the ring's first ones
                 pr = m + p * grid
                 if pr < M:
                     prefetch(x, pr, 0, N * 4)
-        for p in range(STAGES3 - 1):  # prologue: the first stages - 1 rows in flight
+        for p in range(stages - 1):  # prologue: the first stages - 1 rows in flight
             pr = m + p * grid
             for s in range(sets):
                 for q in range(4):
@@ -387,15 +431,23 @@ def make_forward_kernel3(warps: int, sets: int, has_bias: bool, write_z: bool, e
                     cp16(ring, (p * span + c) * 4, xb, pr if pr < M else 0, (c if ok else 0) * 4,
                          16 if ok and pr < M else 0)
             commit()
+        if has_bias:  # each thread keeps the float4s of b and g it reads: its own, so no barrier
+            for s in range(sets):
+                for q in range(4):
+                    k = first + s * set_stride + q * q_step
+                    ring[bo + k], ring[bo + k + 1], ring[bo + k + 2], ring[bo + k + 3] = load_row(
+                        b, k, N, exact or s < sets - 1)
+                    ring[go + k], ring[go + k + 1], ring[go + k + 2], ring[go + k + 3] = load_row(
+                        g, k, N, exact or s < sets - 1)
         stage = 0
         par = 0
         while m < M:  # block-uniform: every thread reaches every barrier and shuffle
-            if cuda.threadIdx.x == 0:
-                pr = m + (STAGES3 - 1 + L2_AHEAD3) * grid
+            if ahead > 0 and cuda.threadIdx.x == 0:
+                pr = m + (stages - 1 + ahead) * grid
                 if pr < M:
                     prefetch(x, pr, 0, N * 4)
-            pr = m + (STAGES3 - 1) * grid  # the row stages - 1 ahead, into the stage read last time
-            pst = stage - 1 if stage > 0 else STAGES3 - 1
+            pr = m + (stages - 1) * grid  # the row stages - 1 ahead, into the stage read last time
+            pst = stage - 1 if stage > 0 else stages - 1
             for s in range(sets):
                 for q in range(4):
                     c = first + s * set_stride + q * q_step
@@ -410,7 +462,7 @@ def make_forward_kernel3(warps: int, sets: int, has_bias: bool, write_z: bool, e
                     k = first + s * set_stride + q * q_step
                     y[i], y[i + 1], y[i + 2], y[i + 3] = ld_smem(ring, stage * span + k)
                     if has_bias:
-                        bv[i], bv[i + 1], bv[i + 2], bv[i + 3] = load_row(b, k, N, exact or s < sets - 1)
+                        bv[i], bv[i + 1], bv[i + 2], bv[i + 3] = ld_smem(ring, bo + k)
             # rstd: block_sum's order (warp_sum, then the warps' sums by warp_sum)
             ss = warp_sum(sum_squares(y, bv, nvals, has_bias))
             if warps > 1:
@@ -428,19 +480,14 @@ def make_forward_kernel3(warps: int, sets: int, has_bias: bool, write_z: bool, e
                     tk = ts * TILES_PER_SET + sub
                     c0 = first + s * set_stride
                     for q in range(4):
-                        gv[4 * q], gv[4 * q + 1], gv[4 * q + 2], gv[4 * q + 3] = load_row(
-                            g, c0 + q * q_step, N, exact or s < sets - 1)
+                        if has_bias:
+                            gv[4 * q], gv[4 * q + 1], gv[4 * q + 2], gv[4 * q + 3] = ld_smem(ring, go + c0 + q * q_step)
+                        else:
+                            gv[4 * q], gv[4 * q + 1], gv[4 * q + 2], gv[4 * q + 3] = load_row(
+                                g, c0 + q * q_step, N, exact or s < sets - 1)
                     scale, inv = normalize_set(y, s * SET_VALUES, r, gv)
                     i0 = s * SET_VALUES
-                    w0 = poison4
-                    w1 = poison4
-                    w2 = poison4
-                    w3 = poison4
-                    if inv == inv:  # all four words, then the stores (as the timed kernel: fewer registers)
-                        w0 = pack4(y[i0] * inv, y[i0 + 1] * inv, y[i0 + 2] * inv, y[i0 + 3] * inv)
-                        w1 = pack4(y[i0 + 4] * inv, y[i0 + 5] * inv, y[i0 + 6] * inv, y[i0 + 7] * inv)
-                        w2 = pack4(y[i0 + 8] * inv, y[i0 + 9] * inv, y[i0 + 10] * inv, y[i0 + 11] * inv)
-                        w3 = pack4(y[i0 + 12] * inv, y[i0 + 13] * inv, y[i0 + 14] * inv, y[i0 + 15] * inv)
+                    w0, w1, w2, w3 = pack_set(y, i0, inv)
                     mu = np.uint64(m)  # unsigned indices: no negative-index wrap-around code
                     if exact or tk < ntiles:
                         for q in range(4):
@@ -455,9 +502,97 @@ def make_forward_kernel3(warps: int, sets: int, has_bias: bool, write_z: bool, e
                         if gl == 0:
                             scales[mu, np.uint64(tk)] = scale
             m += grid
-            stage = stage + 1 if stage < STAGES3 - 1 else 0
+            stage = stage + 1 if stage < stages - 1 else 0
 
     return norm_quant_kernel3
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Version 4: narrow rows, one warp per row, several rows per block, b and g staged in shared memory
+# ----------------------------------------------------------------------------------------------------------------
+
+ROWS4 = 2 if runtime.IS_SIM else 8  # version 4: rows (warps) per block (the simulator: fewer Python threads)
+MAX_SETS4 = 4  # version 4 takes rows of up to 4 tile sets (N <= 2048: 64 floats a lane); wider rows run version 3
+
+
+def make_forward_kernel4(rows: int, sets: int, has_bias: bool, write_z: bool, exact: int):
+    """Version 4 for blocks of `rows` warps, warp w taking row blockIdx * rows + w whole (up to `sets` tile sets a
+    lane, version 2's layout with one warp); rows 16-byte aligned with N % 4 == 0. exact: N = sets * 512, so no
+    access needs a bound."""
+    nvals = sets * SET_VALUES
+    nbias = nvals if has_bias else 1
+    set_stride = TILES_PER_SET * TILE  # one warp covers the row: 512 elements between a lane's sets
+    span = sets * set_stride
+    nsb = span if has_bias else 1
+    ld_smem = ptx.ld_shared_v4_f32_1d
+    q_step = LANES * 4
+    stage_step = rows * WARP_SIZE * 4  # floats of b and g the block stages per pass
+
+    @cuda.jit
+    def norm_quant_kernel4(x, b, g, codes4, scales, rstd, z):
+        """b, g (1, N) views; codes4 codes as uint32 (M, N/4). The block's warps share b and g in shared memory;
+        nothing else is shared, so the one barrier is the staging's."""
+        y = cuda.local.array(nvals, np.float32)  # registers (constant indices once loops are unrolled)
+        bv = cuda.local.array(nbias, np.float32)
+        gv = cuda.local.array(SET_VALUES, np.float32)
+        sb = cuda.shared.array(nsb, np.float32)
+        sg = cuda.shared.array(span, np.float32)
+        M, N = x.shape
+        ntiles = scales.shape[1]
+        lane = cuda.threadIdx.x % WARP_SIZE
+        sub = lane // LANES
+        gl = lane % LANES
+        first = sub * TILE + gl * 4  # the lane's first element: then + s * set_stride + q * q_step
+        fw = sub * (TILE // 4) + gl  # the same as a word of codes4
+        m = cuda.blockIdx.x * rows + cuda.threadIdx.x // WARP_SIZE
+        mr = m if m < M else M - 1  # a warp past the last row loads one anyway and stores nothing (no branch)
+        # 1. the row into registers: every load issued before any value is used
+        for s in range(sets):
+            for q in range(4):
+                i = s * SET_VALUES + 4 * q
+                y[i], y[i + 1], y[i + 2], y[i + 3] = load4_row(x, mr, first + s * set_stride + q * q_step, N, 1,
+                                                               exact or s < sets - 1)
+        # 2. meanwhile the block stages b and g (zeros past N) in shared memory, once for its `rows` rows
+        for k0 in range(0, span, stage_step):
+            k = k0 + cuda.threadIdx.x * 4
+            if k < span:
+                if has_bias:
+                    sb[k], sb[k + 1], sb[k + 2], sb[k + 3] = load4_row(b, 0, k, N, 1, exact)
+                sg[k], sg[k + 1], sg[k + 2], sg[k + 3] = load4_row(g, 0, k, N, 1, exact)
+        cuda.syncthreads()
+        if m < M:  # warp-uniform
+            if has_bias:
+                for s in range(sets):
+                    for q in range(4):
+                        i = s * SET_VALUES + 4 * q
+                        bv[i], bv[i + 1], bv[i + 2], bv[i + 3] = ld_smem(sb, first + s * set_stride + q * q_step)
+            ss = warp_sum(sum_squares(y, bv, nvals, has_bias))  # the row's sum: one warp, no block reduction
+            r = np.float32(_ONE / math.sqrt(ss / np.float32(N) + EPS))
+            mu = np.uint64(m)  # unsigned indices: no negative-index wrap-around code
+            if lane == 0:
+                rstd[mu] = r
+            for s in range(sets):
+                if exact or s * TILES_PER_SET < ntiles:  # warp-uniform
+                    c0 = first + s * set_stride
+                    for q in range(4):
+                        gv[4 * q], gv[4 * q + 1], gv[4 * q + 2], gv[4 * q + 3] = ld_smem(sg, c0 + q * q_step)
+                    scale, inv = normalize_set(y, s * SET_VALUES, r, gv)  # z replaces y in the registers
+                    i0 = s * SET_VALUES
+                    w0, w1, w2, w3 = pack_set(y, i0, inv)
+                    tk = s * TILES_PER_SET + sub
+                    if exact or tk < ntiles:
+                        for q in range(4):
+                            c = c0 + q * q_step
+                            if exact or c < N:
+                                word = w0 if q == 0 else w1 if q == 1 else w2 if q == 2 else w3
+                                codes4[mu, np.uint64(fw + s * (set_stride // 4) + q * LANES)] = word
+                                if write_z:
+                                    for e in range(4):
+                                        z[mu, np.uint64(c + e)] = y[i0 + 4 * q + e]
+                        if gl == 0:
+                            scales[mu, np.uint64(tk)] = scale
+
+    return norm_quant_kernel4
 
 
 _RESIDENT: dict = {}
@@ -534,9 +669,10 @@ def make_backward_kernel(threads: int, per_thread: int, has_bias: bool):
 VERSIONS = {
     1: "unfused: row kernel writes z, warp-per-tile kernel reads it back and quantizes",
     2: "fused: one block per row, row in registers, 8 lanes per tile, codes written directly",
-    3: "version 2's math in persistent blocks: rows stream through a cp.async shared-memory ring, L2 prefetch ahead",
+    3: "version 2's math in persistent blocks: rows stream through a cp.async shared-memory ring, b and g beside it",
+    4: "narrow rows: one warp per row, 8 rows a block sharing b and g in shared memory; wider rows run version 3",
 }
-BEST = 2  # version 3 is faster only for wide rows with a bias; the capstone's rows (N = 1024, no bias) favour 2
+BEST = 4  # the fastest at N = 1024 and 2048 (warp per row) and at 7168 with a bias (version 3's ring)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -600,9 +736,12 @@ def forward(x, b, g, codes, scales, rstd, z=None, *, version: int = BEST, thread
     (M, N) float32 when z is given (version 1 allocates a scratch z when it is not). Nothing else is allocated.
 
     threads: threads per row block, a multiple of 32 (None: version 2 picks by N with `forward_warps`, version 3
-    with `forward_warps3`, version 1 uses THREADS1). Blocks above ANY_THREADS threads may fail to launch when each
-    thread holds many tile sets (too many registers for the block). Version 3 runs version 2 where its ring cannot
-    be used: rows not 16-byte aligned or N % 4 != 0 (cp.async copies 16 aligned bytes), or a ring over MAX_SHARED3.
+    with `forward_warps3`, version 1 uses THREADS1); version 4: threads per block of rows, one warp each (None:
+    ROWS4 rows). Blocks above ANY_THREADS threads may fail to launch when each thread holds many tile sets (too many
+    registers for the block). Version 3 runs version 2 where its ring cannot be used: rows not 16-byte aligned or
+    N % 4 != 0 (cp.async copies 16 aligned bytes), or a ring over MAX_SHARED3. Version 4 runs version 3 (so
+    version 2 where 3 does; version 2 below compute capability 9.0) for rows over MAX_SETS4 tile sets (N > 2048) or
+    not 16-byte aligned, and `threads` then means that version's.
     """
     version = V.version("version", version, VERSIONS, default=BEST)
     threads = _check_threads(threads)
@@ -632,14 +771,24 @@ def forward(x, b, g, codes, scales, rstd, z=None, *, version: int = BEST, thread
     g2 = g.reshape(1, N)
     vec = int(vec_ok(x, 16) and vec_ok(g2, 16) and vec_ok(b2, 16) and vec_ok(codes, 4))
     write_z = z is not None
-    if version == 3 and vec:
+    sets4 = -(-N // (TILES_PER_SET * TILE))
+    if version == 4 and vec and sets4 <= MAX_SETS4:
+        rows = threads // WARP_SIZE if threads else ROWS4
+        exact = int(sets4 * TILES_PER_SET * TILE == N)
+        kernel = runtime.cached(("norm_quant.forward4", rows, sets4, has_bias, write_z, exact),
+                                lambda: make_forward_kernel4(rows, sets4, has_bias, write_z, exact))
+        kernel[-(-M // rows), rows * WARP_SIZE](x, b2, g2, codes.view(np.uint32), scales, rstd,
+                                                 z if write_z else runtime.unused_array(np.float32))
+        return
+    cap = runtime.compute_capability()
+    if vec and (version == 3 or (version == 4 and (cap is None or cap >= (9, 0)))):  # 4 runs 2 on older GPUs
         runtime.require_capability("cp.async.bulk.prefetch.L2, which needs compute capability 9.0 or newer",
                                    version, lambda cc: cc >= (9, 0))
         warps, sets = forward_warps3(N)
         if threads:
             warps = threads // WARP_SIZE
             sets = -(-(-(-scales.shape[1] // TILES_PER_SET)) // warps)
-        smem = 4 * STAGES3 * sets * warps * TILES_PER_SET * TILE
+        smem = 4 * sum(ring3(has_bias)) * sets * warps * TILES_PER_SET * TILE
         if smem <= MAX_SHARED3:
             exact = int(warps * sets * TILES_PER_SET * TILE == N)
             kernel = runtime.cached(("norm_quant.forward3", warps, sets, has_bias, write_z, exact),
@@ -805,10 +954,11 @@ GY_RTOL = 2.0**-22
 """gy = (dz * y) * rstd: two float32 roundings, at most 2 units of 2^-24 relative to float64; 4 allowed."""
 
 CHECK_SHAPES = {"sim": ((5, 300, True), (3, 129, False), (7, 1024, False)),
-                "gpu": ((1027, 7172, True), (515, 1029, False), (1031, 7168, False))}
+                "gpu": ((1027, 7172, True), (515, 1029, False), (1031, 7168, False), (2053, 1540, True))}
 """(M, N, bias) for the checks: the first N a multiple of 4 (16-byte path) but not of 128, the second not of 4
-(scalar path; version 3 runs version 2), the third a row version 3's layout covers exactly (no bounds code), with
-a NaN in row 1 (which poisons that row only)."""
+(scalar path; versions 3 and 4 run version 2), the third a row version 3's layout covers exactly (no bounds code),
+with a NaN in row 1 (which poisons that row only); rows of N <= 2048 (all under the simulator, the last on a GPU)
+run version 4's warp-per-row kernel, M not a multiple of its 8 rows a block."""
 BENCH_M = 16384
 BENCH_N = (1024, 7168)
 """Timed shapes: 16384 tokens of width 1024 (the capstone) and 7168 (DeepSeek-V3's hidden size)."""
@@ -880,7 +1030,7 @@ def torch_norm_quantize(torch, tx, tb, tg):
 
 
 def timings(rng, args) -> list:
-    """Every version, versions 2 and 3 without a bias too, version 2 with z also written, the backward and PyTorch
+    """Every version, versions 2-4 without a bias too, version 2 with z also written, the backward and PyTorch
     at M = 16384, N = 1024 and 7168.
     Bytes that must move: forward x read, b and g read, codes, scales and rstd written (z too where written);
     backward dz and x read, b, g and rstd read, dx and gy written."""
@@ -907,11 +1057,16 @@ def timings(rng, args) -> list:
                                lambda: forward(x_d, b_d, g_d, codes, scales, rstd, version=2), fwd_bytes, launch=True),
                 bench.time_row(f"v3 forward: {VERSIONS[3]}",
                                lambda: forward(x_d, b_d, g_d, codes, scales, rstd, version=3), fwd_bytes, launch=True),
+                bench.time_row(f"v4 forward: {VERSIONS[4]}",
+                               lambda: forward(x_d, b_d, g_d, codes, scales, rstd, version=4), fwd_bytes, launch=True),
                 bench.time_row("v2 forward, no bias (bytes without b)",
                                lambda: forward(x_d, None, g_d, codes, scales, rstd, version=2), fwd_bytes - b.nbytes,
                                launch=True),
                 bench.time_row("v3 forward, no bias (bytes without b)",
                                lambda: forward(x_d, None, g_d, codes, scales, rstd, version=3), fwd_bytes - b.nbytes,
+                               launch=True),
+                bench.time_row("v4 forward, no bias (bytes without b)",
+                               lambda: forward(x_d, None, g_d, codes, scales, rstd, version=4), fwd_bytes - b.nbytes,
                                launch=True),
                 bench.time_row("v2 forward, z also written (bytes include z)",
                                lambda: forward(x_d, b_d, g_d, codes, scales, rstd, z, version=2), fwd_bytes + z.nbytes,
