@@ -19,7 +19,7 @@ version 2: fused: one block per row keeps its row in registers, reduces rstd, th
 version 3: version 2's math in persistent blocks that stream rows through a shared-memory ring (cp.async), b and
            g kept beside it: faster than version 2 for wide rows.
 version 4: narrow rows (N <= 2048): one warp per row, 8 rows a block, b and g staged once per block in shared
-           memory; wider rows run version 3. BEST: over 85% of copy at N = 1024, 2048 and 7168, bias or not.
+           memory; wider rows run version 3. BEST: over 85% of copy at every width timed (512 to 7168), bias or not.
 
 How version 2 moves only the bytes that must move (x read, codes written: 5 bytes per element; b, g, scales and
 rstd are small, and b and g stay in the L2 cache), at the bandwidth of a copy:
@@ -959,9 +959,9 @@ CHECK_SHAPES = {"sim": ((5, 300, True), (3, 129, False), (7, 1024, False)),
 (scalar path; versions 3 and 4 run version 2), the third a row version 3's layout covers exactly (no bounds code),
 with a NaN in row 1 (which poisons that row only); rows of N <= 2048 (all under the simulator, the last on a GPU)
 run version 4's warp-per-row kernel, M not a multiple of its 8 rows a block."""
-BENCH_M = 16384
-BENCH_N = (1024, 7168)
-"""Timed shapes: 16384 tokens of width 1024 (the capstone) and 7168 (DeepSeek-V3's hidden size)."""
+BENCH_SHAPES = ((65536, 512), (16384, 1024), (16384, 7168))
+"""Timed shapes (M, N): the capstone's default step (4096 windows of 16 characters, width 512), 16384 tokens of
+width 1024 (issue 13's example of a realistic size) and of width 7168 (DeepSeek-V3's hidden size)."""
 
 
 def make_inputs(rng, M: int, N: int, bias: bool = True):
@@ -1031,13 +1031,12 @@ def torch_norm_quantize(torch, tx, tb, tg):
 
 def timings(rng, args) -> list:
     """Every version, versions 2-4 without a bias too, version 2 with z also written, the backward and PyTorch
-    at M = 16384, N = 1024 and 7168.
+    on BENCH_SHAPES.
     Bytes that must move: forward x read, b and g read, codes, scales and rstd written (z too where written);
     backward dz and x read, b, g and rstd read, dx and gy written."""
     tables = []
-    M = BENCH_M
     torch = bench.torch_cuda()
-    for N in BENCH_N:
+    for M, N in BENCH_SHAPES:
         x = rng.standard_normal((M, N), dtype=np.float32)
         x[rng.random((M, N)) < 0.01] *= 50
         b = (0.05 * rng.standard_normal(N)).astype(np.float32)
