@@ -76,9 +76,9 @@ def test_forward_bit_exact(rng, version, shape):
 @pytest.mark.parametrize("version, threads, bias", [(2, 64, True), (2, 96, False), (1, 64, False), (3, 64, True),
                                                     (3, 96, False), (4, 96, True)])
 def test_forward_several_warps(rng, version, threads, bias):
-    """Blocks of 2-3 warps (the simulator's default is one): 9 tiles = 3 sets, the last set partial and a warp
-    without tiles at 96 threads; the block reduction meets in shared memory. Version 4: 3 rows a block, one warp
-    each (the 3 rows fill one block)."""
+    """Blocks of 2-3 warps (versions 1-3 run one warp a row under the simulator by default): 9 tiles = 3 sets, the last
+    set partial and a warp without tiles at 96 threads; the block reduction meets in shared memory. Version 4: 3 rows
+    a block, one warp each (the 3 rows fill one block)."""
     x, b, g, _ = nq.make_inputs(rng, 3, 1100, bias)
     check_forward(x, b, g, *launch_forward(x, b, g, version, threads=threads))
 
@@ -113,8 +113,8 @@ V3_SMALL = [(9, 400, True, True), (3, 129, False, True), (5, 1024, True, False),
             (3, 512, False, False), (7, 1024, False, True)]
 """(M, N, bias, z asked for): 400 ends in a partial tile, 129 is not a multiple of 4 (version 3 runs version 2),
 1024 and 512 rows the layout covers exactly (no bounds code; a NaN in row 1 of the 1024s), 1552 a partial set over
-several warps. Under the simulator version 3 runs 2 blocks, so that each takes several rows around its ring of 3
-stages (9 rows: 5 and 4)."""
+several warps. Under the simulator version 3 runs 2 blocks, so that each takes several rows around its ring (3 rows
+without a bias, 2 with; 9 rows: 5 and 4)."""
 V3_BIG = [(4099, 7168, True), (1027, 7172, False), (2053, 1024, False), (16384, 7168, False)]
 
 
@@ -126,7 +126,7 @@ def test_block_sizes3():
 
 # ------------------------------------------------------------------------------------------------------ version 4
 
-V4_SMALL = [(9, 1024, False, True), (5, 2048, True, False), (3, 1540, True, True), (7, 400, False, False),
+V4_SMALL = [(9, 1024, False, True), (5, 2048, True, True), (3, 1540, True, True), (7, 400, False, False),
             (3, 2052, True, True), (4, 1030, False, False)]
 """(M, N, bias, z asked for): 1024 and 2048 rows one warp covers exactly (2 and 4 tile sets a lane; a NaN in row 1
 of the 1024s), 1540 a partial set and a partial tile, 400 one partial set; M not a multiple of the rows a block
@@ -161,6 +161,30 @@ def test_forward_ring_and_warp_rows_gpu(rng, version, shape):
     M, N, bias = shape
     x, b, g, _ = nq.make_inputs(rng, M, N, bias)
     check_forward(x, b, g, *launch_forward(x, b, g, version, with_z=N == 1540))
+
+
+def test_forward4_staging_pass_past_the_row(rng):
+    """3 rows a block (96 threads) stage b and g 384 floats a pass: N = 400 (one set, 512 floats staged) takes a
+    second pass where most threads are past the staged span."""
+    x, b, g, _ = nq.make_inputs(rng, 5, 400, True)
+    check_forward(x, b, g, *launch_forward(x, b, g, 4, threads=96))
+
+
+def test_forward4_below_its_capability_runs_version2(rng, monkeypatch):
+    """Rows over 2048 go to version 3, which needs compute capability 9.0 with a bias (its L2 prefetch): on an
+    older GPU the default (version 4) runs version 2 there, while version 3 itself says what it needs."""
+    monkeypatch.setattr(nq.runtime, "compute_capability", lambda: (8, 0))
+    x, b, g, _ = nq.make_inputs(rng, 2, 2052, True)
+
+    def no_version3(*args):
+        raise AssertionError("version 3 was launched")
+
+    with monkeypatch.context() as m:
+        m.setattr(nq, "_resident_blocks", no_version3)  # every launch of version 3 asks it for its grid
+        check_forward(x, b, g, *launch_forward(x, b, g, 4))
+    with pytest.raises(ValueError, match=r"version 3 runs cp.async.bulk.prefetch.L2 \(rows with a bias\), which needs "
+                                         r"compute capability 9.0 or newer; this device has compute capability 8.0"):
+        launch_forward(x, b, g, 3)
 
 
 def test_forward4_same_rstd_as_version2_at_1024(rng):

@@ -19,7 +19,8 @@ version 2: fused: one block per row keeps its row in registers, reduces rstd, th
 version 3: version 2's math in persistent blocks that stream rows through a shared-memory ring (cp.async), b and
            g kept beside it: faster than version 2 for wide rows.
 version 4: narrow rows (N <= 2048): one warp per row, 8 rows a block, b and g staged once per block in shared
-           memory; wider rows run version 3. BEST: over 85% of copy at every width timed (512 to 7168), bias or not.
+           memory; wider rows run version 3. BEST: over 85% of copy at 16384 x 1024 and 16384 x 7168, bias or
+           not; an 8 MiB x such as the capstone's default step (4096 x 512) is mostly launch and latency (57-62%).
 
 How version 2 moves only the bytes that must move (x read, codes written: 5 bytes per element; b, g, scales and
 rstd are small, and b and g stay in the L2 cache), at the bandwidth of a copy:
@@ -55,24 +56,26 @@ How version 3 keeps more of x in flight (version 2 at N = 7168 with a bias: 80 r
   with an L1 evict-last hint (ld.global.nc.L1::evict_last, volatile so that the compiler does not hoist it out of
   the row loop into registers).
 - With a bias: each thread keeps the float4s of b and g it reads in shared memory after the ring (loaded once,
-  its own, so again no barrier), and the ring holds STAGES3_BIAS = 2 rows in the third row's room (112 KiB at
+  its own, so again no barrier), and the ring holds STAGES3_BIAS = 2 rows: 4 rows' room in all (112 KiB at
   N = 7168, still 2 blocks an SM); thread 0 asks L2 for the L2_AHEAD3 = 2 rows after the ring's
   (cp.async.bulk.prefetch.L2, sm_90). Read per row from L1 instead, b and g compete with the ring for the SM's
   256 KiB of L1 + shared memory.
 - The block reduction uses two slot buffers, one barrier per row. The same z = (y * rstd) * g, amax, scale and cvt
   as version 2: codes, scales and z bit for bit the reference given the kernel's rstd. Its rstd may differ from
   version 2's in the last bits (one set per thread, not two: another order of additions). Rows not a multiple of 4
-  floats or not 16-byte aligned, and rows whose ring would pass MAX_SHARED3 (N > 16384: two sets a thread), run
+  floats or not 16-byte aligned, and rows whose shared memory would pass MAX_SHARED3 (N > 16384 without a bias,
+  N > 14336 with one), run
   version 2.
 Measured on an NVIDIA H200 on 2026-12-04 (percent of a copy timed in the same run, bytes = x read + codes written,
 x (16384, N), three timings each): with a bias, b and g read per row with a ring of 3 rows 85-86% at N = 7168 and
 78% at N = 4096 (version 2: 75.5% and 82.5%); b alone kept with a ring of 2: 91-92% / 82%; b alone with a ring of
-3: 87% / 85%; b and g with a ring of 3: 83% / 89%; b and g with a ring of 2 (this version): 86-88% / 88%, the best
-at both widths. Without a bias, the same L2 prefetch cost 91% against 97% without it at N = 7168. Version 3 loses
-to version 2 on narrow rows (N = 1024: 63-74% of copy against version 2's 74-83%): version 4 takes those.
+3: 87% / 85%; b and g with a ring of 3: 83% / 89%; b and g with a ring of 2 (this version): 86-88% / 88%, the one
+layout over 85% at both widths (the benchmark's runs at N = 7168: 87.0-89.5%). Without a bias, the L2 prefetch
+cost 91% against 93.7-97% without it at N = 7168 (sweep and benchmark runs). Version 3 loses to version 2 on
+narrow rows (N = 1024: 63-74% of copy against version 2's 73-84%): version 4 takes those.
 
-How version 4 reaches copy speed on narrow rows (N = 1024, the capstone's width: version 2 there is a block of one
-warp per row, 74-76% of copy with a bias, 81-84% without; version 3's ring 63-74%):
+How version 4 reaches copy speed on narrow rows (at N = 1024 version 2 is a block of one warp per row, 73-76% of
+copy with a bias, 81-84% without; version 3's ring 63-74%):
 - A row of N <= 2048 fits one warp in version 2's layout (2 tile sets a lane at N = 1024, 4 at 2048), so its sum
   of squares is one warp_sum: no block reduction. A block holds 8 such rows, one per warp.
 - The block stages b and g (zeros past N) in shared memory once for its 8 rows, while its x loads are in flight;
@@ -80,7 +83,8 @@ warp per row, 74-76% of copy with a bias, 81-84% without; version 3's ring 63-74
   (L1/L2 hits) for every row, 8 loads a lane per array at N = 1024.
 Measured on an NVIDIA H200 on 2026-12-04 by a sweep of 14 candidates (percent of a copy timed in the same run,
 x (16384, N)): one warp per row with b and g in shared memory, 8 rows a block: N = 1024 90.8% with a bias, 92.9%
-without (version 2: 76.0%, 84.2%); N = 2048 87.4% / 97.3% (79.6% / 91.5%). The same kernel reading b and g from
+without (version 2: 76.0%, 84.2%; the benchmark's runs of version 4: 87.5-89.2% / 88.4-91.9%); N = 2048
+87.4% / 97.3% (79.6% / 91.5%). The same kernel reading b and g from
 global memory: 74.7% / 86.2% at N = 1024; with 2, 4 or 16 rows a block: 69.1-87.5% with a bias. Persistent warps
 (the next row's x prefetched into registers, 96 registers a thread) 86.5% / 90.0%; per-warp cp.async rings of 2-4
 rows 78.7-85.6% with a bias; an L2 prefetch ahead of them 68-73%.
@@ -343,11 +347,11 @@ def make_forward_kernel2(warps: int, sets: int, has_bias: bool, write_z: bool, v
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Version 3: persistent blocks stream rows through a shared-memory ring (cp.async), rows ahead prefetched into L2
+# Version 3: persistent blocks stream rows through a shared-memory ring (cp.async), b and g kept beside it
 # ----------------------------------------------------------------------------------------------------------------
 
 STAGES3 = 3  # version 3: rows a block's ring holds (stages - 1 in flight while one is used)
-STAGES3_BIAS = 2  # with a bias: b and g are kept in shared memory after the ring, in the room of its third row
+STAGES3_BIAS = 2  # with a bias: a ring of 2 rows, then b and g kept in shared memory (4 rows' room in all)
 L2_AHEAD3 = 2  # version 3 with a bias: rows past the ring's that a block asks L2 for (none without a bias)
 MAX_SHARED3 = 227 * 1024  # dynamic shared memory a block may have on sm_90; a larger ring runs version 2
 SIM_RESIDENT = 2  # version 3 under the simulator: 2 blocks, so that each takes several rows around its ring
@@ -739,9 +743,9 @@ def forward(x, b, g, codes, scales, rstd, z=None, *, version: int = BEST, thread
     with `forward_warps3`, version 1 uses THREADS1); version 4: threads per block of rows, one warp each (None:
     ROWS4 rows). Blocks above ANY_THREADS threads may fail to launch when each thread holds many tile sets (too many
     registers for the block). Version 3 runs version 2 where its ring cannot be used: rows not 16-byte aligned or
-    N % 4 != 0 (cp.async copies 16 aligned bytes), or a ring over MAX_SHARED3. Version 4 runs version 3 (so
-    version 2 where 3 does; version 2 below compute capability 9.0) for rows over MAX_SETS4 tile sets (N > 2048) or
-    not 16-byte aligned, and `threads` then means that version's.
+    N % 4 != 0 (cp.async copies 16 aligned bytes), or a ring over MAX_SHARED3. Version 4 runs version 3 for rows
+    over MAX_SETS4 tile sets (N > 2048), and version 2 where version 3 would (and below compute capability 9.0 with
+    a bias, 8.0 without, which version 3 needs); `threads` then means that version's.
     """
     version = V.version("version", version, VERSIONS, default=BEST)
     threads = _check_threads(threads)
@@ -780,10 +784,10 @@ def forward(x, b, g, codes, scales, rstd, z=None, *, version: int = BEST, thread
         kernel[-(-M // rows), rows * WARP_SIZE](x, b2, g2, codes.view(np.uint32), scales, rstd,
                                                  z if write_z else runtime.unused_array(np.float32))
         return
-    cap = runtime.compute_capability()
-    if vec and (version == 3 or (version == 4 and (cap is None or cap >= (9, 0)))):  # 4 runs 2 on older GPUs
-        runtime.require_capability("cp.async.bulk.prefetch.L2, which needs compute capability 9.0 or newer",
-                                   version, lambda cc: cc >= (9, 0))
+    cap, need = runtime.compute_capability(), ((9, 0) if has_bias else (8, 0))
+    if vec and (version == 3 or (version == 4 and (cap is None or cap >= need))):  # 4 runs 2 on older GPUs
+        runtime.require_capability(f"cp.async{'.bulk.prefetch.L2 (rows with a bias)' if has_bias else ''}, which "
+                                   f"needs compute capability {need[0]}.0 or newer", version, lambda cc: cc >= need)
         warps, sets = forward_warps3(N)
         if threads:
             warps = threads // WARP_SIZE
@@ -957,11 +961,12 @@ CHECK_SHAPES = {"sim": ((5, 300, True), (3, 129, False), (7, 1024, False)),
                 "gpu": ((1027, 7172, True), (515, 1029, False), (1031, 7168, False), (2053, 1540, True))}
 """(M, N, bias) for the checks: the first N a multiple of 4 (16-byte path) but not of 128, the second not of 4
 (scalar path; versions 3 and 4 run version 2), the third a row version 3's layout covers exactly (no bounds code),
-with a NaN in row 1 (which poisons that row only); rows of N <= 2048 (all under the simulator, the last on a GPU)
-run version 4's warp-per-row kernel, M not a multiple of its 8 rows a block."""
-BENCH_SHAPES = ((65536, 512), (16384, 1024), (16384, 7168))
-"""Timed shapes (M, N): the capstone's default step (4096 windows of 16 characters, width 512), 16384 tokens of
-width 1024 (issue 13's example of a realistic size) and of width 7168 (DeepSeek-V3's hidden size)."""
+with a NaN in row 1 (which poisons that row only); version 4's warp-per-row kernel runs the rows of N <= 2048 with
+N % 4 == 0 (300 and 1024 under the simulator, 1540 on a GPU, where M is not a multiple of its 8 rows a block)."""
+BENCH_SHAPES = ((4096, 512), (16384, 1024), (16384, 7168))
+"""Timed shapes (M, N): the capstone's default step (4096 windows a step, width 512: 8 MiB of x, so launch and
+ramp-up weigh), 16384 rows of width 1024 (issue 13's example of a realistic size) and of width 7168 (DeepSeek-V3's
+hidden size)."""
 
 
 def make_inputs(rng, M: int, N: int, bias: bool = True):
