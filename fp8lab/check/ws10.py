@@ -402,7 +402,9 @@ def per_tensor_breaks_at(fn, rng=None):
         if got is not None and (isinstance(got, (bool, np.bool_)) or not isinstance(got, numbers.Real)):
             fail(q, [f"per_tensor_breaks_at({_show(E, [want])}) returned {got!r}: expected an int log2(s) or None"],
                  "return the key e (an int, log2 of s), or None when no magnitude qualifies")
-        why = [h for v, h in _breaks_variants(E) if v == got and v != want][:1]  # the likeliest
+        # every modelled mistake that gives this answer, likeliest first: on a measured sweep several can coincide
+        # (the largest key and a comparison with the previous magnitude both give 15 where 14 and 15 qualify)
+        why = [h for v, h in _breaks_variants(E) if v == got and v != want]
         if want is not None and got == 2**want:  # as likely as a variant that also gives 2**want: name both
             why += [f"return log2(s), the dict's key ({want}), not s itself ({2**want})"]
         if want is None and got is not None and not why:
