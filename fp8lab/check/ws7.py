@@ -232,13 +232,16 @@ def _describe(p):
 
 def _best_hint(explained):
     """explained: per wrong result, the list of (matches, hint) of every known mistake; the hint of the mistake
-    that explains the most of them (None if none explains any)."""
+    that explains the most of them, or of every mistake tied for the most (two models can agree on every case a
+    draw gives), None if none explains any."""
     counts = {}
     for row in explained:
         for j, (match, hint) in enumerate(row):
             counts.setdefault(j, [0, hint])[0] += bool(match)
-    best = max(counts.values(), key=lambda c: c[0], default=[0, None])
-    return best[1] if best[0] else None
+    most = max((c[0] for c in counts.values()), default=0)
+    if not most:
+        return None
+    return " Or: ".join(dict.fromkeys(h for n, h in counts.values() if n == most))
 
 
 @question
