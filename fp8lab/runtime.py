@@ -134,7 +134,7 @@ def numba_type(name: str):
 
 _DYNAMIC_SHARED: dict = {}  # (id of a compiled kernel, device) -> (the dynamic shared memory it may use, the kernel)
 STATIC_SHARED_LIMIT = 48 * 1024  # bytes a kernel may use without opting in (CUDA C++ Programming Guide)
-_FITS_STATIC: dict = {}  # (id of a kernel, dynamic bytes) -> (the kernel,) where static + dynamic need no opt-in
+_FITS_STATIC: dict = {}  # (id of a kernel, dynamic bytes) -> the kernel, where static + dynamic need no opt-in
 
 
 def allow_dynamic_shared(kernel, args, nbytes: int) -> None:
@@ -145,11 +145,11 @@ def allow_dynamic_shared(kernel, args, nbytes: int) -> None:
     size. The 48 KiB count the kernel's static shared arrays too (48 KiB of dynamic memory beside a static array
     fail to launch without the opt-in). Nothing to do under the simulator or up to 48 KiB in all."""
     if not IS_SIM and nbytes > 0:
-        if _FITS_STATIC.get((id(kernel), nbytes), (None,))[0] is kernel:  # a launcher's per-call check, made cheap
+        if _FITS_STATIC.get((id(kernel), nbytes)) is kernel:  # a launcher's per-call check, made cheap
             return
         compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
         if nbytes + compiled.shared_mem_per_block <= STATIC_SHARED_LIMIT:
-            _FITS_STATIC[(id(kernel), nbytes)] = (kernel,)  # the kernel is kept: its id is never reused
+            _FITS_STATIC[(id(kernel), nbytes)] = kernel  # the kernel is kept: its id is never reused
             return
         cufunc = compiled._codelibrary.get_cufunc()
         key = (id(compiled), cufunc.device.id)

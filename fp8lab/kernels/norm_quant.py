@@ -64,8 +64,7 @@ How version 3 keeps more of x in flight (version 2 at N = 7168 with a bias: 80 r
   as version 2: codes, scales and z bit for bit the reference given the kernel's rstd. Its rstd may differ from
   version 2's in the last bits (one set per thread, not two: another order of additions). Rows not a multiple of 4
   floats or not 16-byte aligned, and rows whose shared memory would pass MAX_SHARED3 (N > 16384 without a bias,
-  N > 14336 with one), run
-  version 2.
+  N > 14336 with one), run version 2.
 Measured on an NVIDIA H200 on 2026-12-04 (percent of a copy timed in the same run, bytes = x read + codes written,
 x (16384, N), three timings each): with a bias, b and g read per row with a ring of 3 rows 85-86% at N = 7168 and
 78% at N = 4096 (version 2: 75.5% and 82.5%); b alone kept with a ring of 2: 91-92% / 82%; b alone with a ring of
@@ -784,8 +783,9 @@ def forward(x, b, g, codes, scales, rstd, z=None, *, version: int = BEST, thread
         kernel[-(-M // rows), rows * WARP_SIZE](x, b2, g2, codes.view(np.uint32), scales, rstd,
                                                  z if write_z else runtime.unused_array(np.float32))
         return
-    cap, need = runtime.compute_capability(), ((9, 0) if has_bias else (8, 0))
-    if vec and (version == 3 or (version == 4 and (cap is None or cap >= need))):  # 4 runs 2 on older GPUs
+    cap = runtime.compute_capability() if vec and version == 4 else None  # None: the simulator, or not asked
+    need = (9, 0) if has_bias else (8, 0)  # version 3's L2 prefetch (with a bias), its cp.async (without)
+    if vec and (version == 3 or (version == 4 and (cap is None or cap >= need))):  # 4 runs 2 below `need`
         runtime.require_capability(f"cp.async{'.bulk.prefetch.L2 (rows with a bias)' if has_bias else ''}, which "
                                    f"needs compute capability {need[0]}.0 or newer", version, lambda cc: cc >= need)
         warps, sets = forward_warps3(N)
