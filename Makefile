@@ -50,7 +50,7 @@ site: $(VENV)/.installed-site
 
 # On a GPU machine: re-run every notebook and refresh docs/executed/ (then commit it); tests/test_site.py fails
 # while a source notebook is newer than its executed copy. The lectures' measured figures go to RECORD too
-# (fp8lab.recorded: what the lectures show under the simulator); RECORD= records nothing.
+# (fp8lab.course.recorded: what the lectures show under the simulator); RECORD= records nothing.
 RECORD ?= fp8lab/data/h200_lectures.json
 executed: $(VENV)/.installed-site $(VENV)/.installed-torch
 	FP8LAB_BACKEND=gpu $(PY) scripts/site.py execute $(if $(RECORD),--record $(RECORD))

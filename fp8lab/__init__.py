@@ -11,26 +11,95 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it. Imported on first use (PEP 562), so that `fp8lab --backend sim`
 # and FP8LAB_BACKEND can still choose the backend after `import fp8lab`: the choice is made when
-# fp8lab.runtime is first imported (by the first kernel, `fp8lab.backend`, `fp8lab.info()`, ...).
+# fp8lab.device.runtime is first imported (by the first kernel, `fp8lab.backend`, `fp8lab.info()`, ...).
 _PUBLIC = {
-    "backend": "runtime", "SimulatorSlowWarning": "runtime",
-    "E4M3": "formats", "E5M2": "formats", "E8M0": "formats", "encode": "formats", "decode": "formats",
+    "backend": "device.runtime", "SimulatorSlowWarning": "device.runtime",
+    "E4M3": "numerics.formats", "E5M2": "numerics.formats", "E8M0": "numerics.formats",
+    "encode": "numerics.formats", "decode": "numerics.formats",
     "QuantizedTensor": "quant", "quantize": "quant", "dequantize": "quant", "requantize_tile_to_col": "quant",
-    "DelayedScaling": "scaling", "gemm": "kernels.gemm", "fp8_gemm": "kernels.fp8_gemm",
-    "train": "training", "History": "training", "RECIPES": "training", "TASKS": "training",
-    "TrainingDiverged": "training",
+    "DelayedScaling": "numerics.scaling", "gemm": "kernels.gemm", "fp8_gemm": "kernels.fp8_gemm",
+    "train": "training.loop", "History": "training.loop", "RECIPES": "training.loop", "TASKS": "training.loop",
+    "TrainingDiverged": "training.loop",
 }
 
-_SUBMODULES = ("pipeline", "overlap")  # public submodules, imported on first use too: fl.pipeline.simulate(...)
+# public submodules, imported on first use too: fl.pipeline.simulate(...)
+_SUBMODULES = {"pipeline": "comm.pipeline", "overlap": "comm.overlap"}
 
 __all__ = ["info", *_PUBLIC, *_SUBMODULES]
+
+# Modules that moved when the package was grouped by concern (ARCHITECTURE.md), old name -> new. A learner's older
+# copy of a worksheet (`from fp8lab import formats`, `from fp8lab.runtime import cuda`) keeps working, with a
+# FutureWarning naming the new import.
+_MOVED = {
+    "formats": "numerics.formats", "spec": "numerics.spec", "accum": "numerics.accum", "scaling": "numerics.scaling",
+    "runtime": "device.runtime", "hardware": "device.hardware", "ptx": "device.ptx", "timing": "bench.timing",
+    "check": "course.check", "notebook": "course.notebook", "recorded": "course.recorded",
+    "plotting": "course.plotting", "worksheets": "course.worksheets", "lm": "training.model",
+    "lm_engine": "training.engine_kernels", "lm_torch": "training.engine_torch", "corpus": "training.corpus",
+    "checkpoint": "training.checkpoint", "moe": "comm.moe", "overhead": "bench.overhead",
+}
+
+
+def _moved(name: str):
+    """The module `name` moved to, after a FutureWarning naming its new import."""
+    import warnings
+    from importlib import import_module
+
+    new = _MOVED[name]
+    parent, _, last = new.rpartition(".")
+    warnings.warn(f"fp8lab.{name} moved to fp8lab.{new}: write `from fp8lab.{parent} import {last}` (or "
+                  f"`from fp8lab.{new} import ...`)", FutureWarning, stacklevel=3)
+    module = globals()[name] = import_module(f".{new}", __name__)  # warned once
+    return module
+
+
+class _MovedFinder:
+    """`import fp8lab.<old name>[.<submodule>]` for the modules in _MOVED: the moved module itself."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        head, _, rest = fullname.partition(".")
+        old, _, sub = rest.partition(".")
+        if head != __name__ or old not in _MOVED:
+            return None
+        import importlib.util
+
+        class Alias:
+            @staticmethod
+            def create_module(spec):
+                module = _moved(old)
+                if sub:
+                    from importlib import import_module
+
+                    module = import_module(f"{module.__name__}.{sub}")
+                return module
+
+            @staticmethod
+            def exec_module(module):
+                pass
+
+        return importlib.util.spec_from_loader(fullname, Alias())
+
+
+def _install_finder() -> None:
+    import sys
+
+    if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
+        sys.meta_path.append(_MovedFinder())
+
+
+_install_finder()
 
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
         from importlib import import_module
 
-        return import_module(f".{name}", __name__)  # the import also sets the package attribute
+        module = import_module(f".{_SUBMODULES[name]}", __name__)
+        globals()[name] = module
+        return module
+    if name in _MOVED:
+        return _moved(name)
     if name not in _PUBLIC:
         raise AttributeError(f"module 'fp8lab' has no attribute {name!r}")
     from importlib import import_module
@@ -60,7 +129,7 @@ def info(show: bool = False) -> dict:
     """
     import platform
 
-    from . import runtime
+    from .device import runtime
 
     d = {"fp8lab": __version__, "backend": runtime.backend, "why": runtime.backend_reason}
     d.update({f"device_{k}": v for k, v in runtime.device_info().items()})

@@ -137,7 +137,7 @@ def version(name: str, value, versions, default=None) -> int:
 def no_float_warnings():
     """Silence NumPy's floating-point RuntimeWarnings ("invalid value / overflow / divide by zero encountered")
     while the block runs, for NumPy arithmetic that may legitimately overflow (a diverging NumPy training step).
-    Simulated kernels need no such block: fp8lab/_simgaps.py silences their threads, as a GPU is silent."""
+    Simulated kernels need no such block: fp8lab/device/simgaps.py silences their threads, as a GPU is silent."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r"(invalid value|overflow|divide by zero) encountered", RuntimeWarning)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):

@@ -1,7 +1,7 @@
 """The `fp8lab` command line: info, train, generate, bench, alltoall, pipeline, worksheets, grade.
 
 Nothing here imports fp8lab's kernels before the arguments are read: `--backend` must be applied before
-fp8lab.runtime picks the backend (numba's simulator mode is fixed when numba.cuda is first imported).
+fp8lab.device.runtime picks the backend (numba's simulator mode is fixed when numba.cuda is first imported).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from . import _backend
+from .device import select as _backend
 from .kernels import MODULES as BENCHES  # the registry only; kernel modules are imported on use
 
 
@@ -36,7 +36,7 @@ def _output_path(flag: str, path: str) -> str:
 
 def _train(args) -> int:
     import fp8lab as fl
-    from . import corpus
+    from .training import corpus
 
     if args.json:
         _output_path("--json", args.json)
@@ -101,12 +101,12 @@ def _train(args) -> int:
         print(f"wrote {args.json}")
     if not args.no_plot:
         os.environ.setdefault("MPLBACKEND", "Agg")
-        from .plotting import plot_losses
+        from .course.plotting import plot_losses
 
         plot_losses(hists, path=args.plot)
         print(f"wrote {args.plot}")
         if any(h.breakdown for h in hists):
-            from .plotting import plot_breakdown
+            from .course.plotting import plot_breakdown
 
             where = os.path.splitext(args.plot)[0] + "_breakdown.png"
             plot_breakdown(hists, path=where)
@@ -115,20 +115,21 @@ def _train(args) -> int:
 
 
 def _outlier_note(m) -> str:
-    from . import lm
+    from .training import model as lm
 
     return (f"{lm.OUTLIER_CHANNELS} outlier channels x{m['outliers']:g} in W1's input (W1's columns /"
             f"{m['outliers']:g}: fp32 and bf16 unchanged)")
 
 
 def _torch_row(h, m) -> None:
-    """The PyTorch rung (fp8lab.lm_torch): the same model, weights and batches, BF16 autocast, when installed."""
+    """The PyTorch rung (fp8lab.training.engine_torch): the same model, weights and batches, BF16 autocast, when
+    installed."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
         print("PyTorch is not installed: no PyTorch row (pip install torch)")
         return
-    from . import corpus, lm, lm_torch
+    from .training import corpus, model as lm, engine_torch as lm_torch
 
     cfg = lm.Config(**{k: v for k, v in m.items() if k != "moments"})
     t = lm_torch.train(cfg, h.steps, h.batch, h.lr, h.seed)
@@ -138,7 +139,7 @@ def _torch_row(h, m) -> None:
 
 
 def _generate(args) -> int:
-    from . import checkpoint, corpus, lm
+    from .training import checkpoint, corpus, model as lm
 
     cfg, recipe, weights = checkpoint.model_of(args.source)
     c = corpus.load()
@@ -156,7 +157,8 @@ def _generate(args) -> int:
 
 
 def _alltoall(args) -> int:
-    from . import bench, moe
+    from . import bench
+    from .comm import moe
 
     try:
         r = moe.run_alltoall(args.world_size, args.tokens, args.hidden, args.experts, args.top_k, args.dist_backend,
@@ -174,7 +176,7 @@ def _alltoall(args) -> int:
 
 
 def _pipeline(args) -> int:
-    from . import pipeline
+    from .comm import pipeline
 
     if args.plot:
         _output_path("--plot", args.plot)
@@ -194,11 +196,11 @@ def _bench(args) -> int:
     status = 0
     for name in names:
         if name == "overhead":  # the public API against its kernels (not a kernel module)
-            from . import overhead
+            from .bench import overhead
 
             status |= overhead.main(args.rest)
         elif name == "overlap":  # streams and the SM budget of a persistent GEMM (not a kernel module)
-            from . import overlap
+            from .comm import overlap
 
             status |= overlap.main(args.rest)
         else:  # each kernel module's own options (--markdown, --check-only, ...)
@@ -210,8 +212,8 @@ def _apply_backend(choice: str | None) -> None:
     """Set FP8LAB_BACKEND for this process (and the notebooks it runs), before the backend is chosen."""
     if choice is None:
         return
-    if "fp8lab.runtime" in sys.modules:  # called from Python after the backend was chosen
-        chosen = sys.modules["fp8lab.runtime"].backend
+    if "fp8lab.device.runtime" in sys.modules:  # called from Python after the backend was chosen
+        chosen = sys.modules["fp8lab.device.runtime"].backend
         if chosen != choice:
             raise _backend.BackendError(f"--backend {choice}: this Python process already uses the {chosen!r} backend")
     os.environ[_backend.ENV_VAR] = choice
@@ -240,7 +242,7 @@ def _main(argv: list[str]) -> int:
     if not any(a in ("-h", "--help") for a in rest[:2]):
         _backend.preflight(choice)  # a bad or unusable backend: one line now, not a traceback later
     if rest and rest[0] in ("worksheets", "grade"):  # they parse their own options (--help included)
-        from . import worksheets
+        from .course import worksheets
 
         _apply_backend(choice)  # the notebooks' kernels inherit it
         if rest[0] == "worksheets":

@@ -2,7 +2,7 @@
 (`fp8_gemm` on QuantizedTensors lives in kernels/fp8_gemm.py.)
 
 Granularity "tensor" (one current scale per tensor) is implemented by the kernels in kernels/quantize.py; the
-fine-grained ones (row, 1x128 tile, 128x128 block, MX groups of 32) by kernels/quantize_fine.py. fp8lab/spec.py
+fine-grained ones (row, 1x128 tile, 128x128 block, MX groups of 32) by kernels/quantize_fine.py. fp8lab/numerics/spec.py
 states the scale rules and the edge-case policies (partial groups, all-zero groups, NaN/Inf) and is the NumPy
 reference of every result here.
 """
@@ -14,10 +14,11 @@ import warnings
 import numpy as np
 
 from . import _validate as V
-from . import runtime, spec
+from .device import runtime
+from .numerics import spec
 from .kernels import quantize as qk
 from .kernels import quantize_fine as qf
-from .spec import GRANULARITIES, MX_RULES, QuantizedTensor
+from .numerics.spec import GRANULARITIES, MX_RULES, QuantizedTensor
 
 __all__ = ["quantize", "dequantize", "requantize_tile_to_col", "QuantizedTensor"]
 

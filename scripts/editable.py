@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The lectures' editable kernel cells, generated from the library (fp8lab.notebook.editable_source).
+"""The lectures' editable kernel cells, generated from the library (fp8lab.course.notebook.editable_source).
 
     scripts/editable.py --check
         Exit 1 listing every editable cell of notebooks/*.ipynb whose source differs from what the generator makes
@@ -11,8 +11,8 @@
     scripts/editable.py --show TARGET
         Print the cell for TARGET (e.g. fp8lab.kernels.reduce.reduce_kernel2), to paste into a new code cell.
 
-An editable cell is a code cell whose first line is fp8lab.notebook.EDITABLE_MARK + target + EDITABLE_TAIL; the
-cell after it runs the learner's copy through `fp8lab.notebook.try_kernel`. Run from the repository root (or with
+An editable cell is a code cell whose first line is fp8lab.course.notebook.EDITABLE_MARK + target + EDITABLE_TAIL; the
+cell after it runs the learner's copy through `fp8lab.course.notebook.try_kernel`. Run from the repository root (or with
 --root DIR) in the environment fp8lab is installed in.
 """
 
@@ -40,7 +40,7 @@ def _lines(text: str) -> list[str]:
 
 def editable_cells(nb) -> list[tuple[int, str]]:
     """[(cell index, target)] of a notebook's (a parsed .ipynb's) editable cells."""
-    from fp8lab.notebook import editable_target
+    from fp8lab.course.notebook import editable_target
 
     return [(i, t) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
             and (t := editable_target("".join(c["source"]))) is not None]
@@ -49,7 +49,7 @@ def editable_cells(nb) -> list[tuple[int, str]]:
 def stale(root: Path = ROOT, write: bool = False) -> list[str]:
     """'path cell-id (target)' for every editable cell that differs from the generator's text; rewrites them when
     `write`."""
-    from fp8lab.notebook import editable_source
+    from fp8lab.course.notebook import editable_source
 
     out = []
     for path in sorted((root / "notebooks").glob("*.ipynb")):
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sys.path.insert(0, str(args.root))
     if args.show:
-        from fp8lab.notebook import editable_source
+        from fp8lab.course.notebook import editable_source
 
         print(editable_source(args.show))
         return 0

@@ -6,7 +6,7 @@
         folder, and write the executed copy to DIR/notebooks/ and DIR/solutions/ (default docs/executed),
         stamped with metadata.fp8lab_executed = {source_sha256, backend, device, date, ...}. Stops at the first
         failing cell (exit 1, naming notebook and cell). --record JSON: the lectures' measured figures are
-        written there too (fp8lab.recorded). On a GPU machine: `make executed`, i.e. FP8LAB_BACKEND=gpu
+        written there too (fp8lab.course.recorded). On a GPU machine: `make executed`, i.e. FP8LAB_BACKEND=gpu
         scripts/site.py execute --record fp8lab/data/h200_lectures.json; then commit both.
     scripts/site.py build [--out site] [--allow-missing]
         nbconvert (template "lab") every executed copy into site/notebooks/*.html and site/solutions/*.html,
@@ -275,7 +275,7 @@ def cmd_execute(args) -> int:
     # (device scripts set MPLBACKEND=Agg for headless runs).
     os.environ.pop("MPLBACKEND", None)
     if args.record:
-        os.environ["FP8LAB_RECORD"] = str(Path(args.record).resolve())  # fp8lab.recorded.RECORD_ENV
+        os.environ["FP8LAB_RECORD"] = str(Path(args.record).resolve())  # fp8lab.course.recorded.RECORD_ENV
     info = probe(root / todo[0].split("/")[0], dict(os.environ))
     if args.backend and info["backend"] != args.backend:
         raise SiteError(f"--backend {args.backend}, but `import fp8lab` chose {info['backend']}")
@@ -572,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="only these notebooks (e.g. 00_start_here ws1_fp8_encode_decode)")
     e.add_argument("--out", type=Path, help="where the executed copies go (default: ROOT/docs/executed)")
     e.add_argument("--record", type=Path, metavar="JSON",
-                   help="also write the lectures' measured figures to this file (fp8lab.recorded; GPU only)")
+                   help="also write the lectures' measured figures to this file (fp8lab.course.recorded; GPU only)")
     e.add_argument("--timeout", type=int, default=CELL_TIMEOUT_S, help="seconds per cell (default %(default)s)")
     b = sub.add_parser("build", parents=[common], help="render the executed copies to HTML, with an index")
     b.add_argument("--out", type=Path, default=None, help="the site's folder (default: ROOT/site)")

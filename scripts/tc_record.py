@@ -50,9 +50,12 @@ if sys.argv[1:2] == ["assemble"]:
 OUT = os.environ.get("OUT", "/tmp/out")
 os.makedirs(OUT, exist_ok=True)
 sys.path.insert(0, "tests")
-from fp8lab import runtime, formats, spec, timing, bench
+from fp8lab.device import runtime
+from fp8lab.numerics import formats, spec
+from fp8lab.bench import timing
+from fp8lab import bench
 from fp8lab.kernels import fp8_gemm as fg, tc_accum as T
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 from test_fp8_gemm import operands, run, Q
 torch = bench.torch_cuda()
 print(runtime.device_info(), "torch", torch.__version__ if torch else None, flush=True)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import fp8lab  # noqa: F401  (selects the backend before anything imports numba.cuda)
-from fp8lab import runtime
+from fp8lab.device import runtime
 
 
 def pytest_collection_modifyitems(config, items):

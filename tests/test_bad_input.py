@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import fp8lab as fl
-from fp8lab import spec
-from fp8lab.runtime import cuda
-from fp8lab.scaling import MAX_MARGIN
+from fp8lab.numerics import spec
+from fp8lab.device.runtime import cuda
+from fp8lab.numerics.scaling import MAX_MARGIN
 
 F32_MAX = float(np.finfo(np.float32).max)
 E4M3_MAX = float(spec.FP8_MAX["e4m3"])
@@ -535,7 +535,7 @@ def test_encode(args, kwargs, exc, words):
 
 
 def test_encode_shapes_empty_and_nonfinite(rng):
-    """Documented: any shape (0-d and empty too); NaN/Inf and overflow follow the table in fp8lab.formats."""
+    """Documented: any shape (0-d and empty too); NaN/Inf and overflow follow the table in fp8lab.numerics.formats."""
     v = float(rng.uniform(1, 2))
     assert fl.encode(v).shape == () and fl.encode(v) == fl.encode([v])[0]
     assert fl.encode(np.zeros((0, 3))).shape == (0, 3) and fl.encode([]).dtype == np.uint8

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab import runtime, worksheets
+from fp8lab.device import runtime
+from fp8lab.course import worksheets
 
 ROOT = Path(__file__).resolve().parents[1]
 

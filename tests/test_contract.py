@@ -12,23 +12,25 @@ import numpy as np
 import pytest
 
 import fp8lab
-from fp8lab import bench, runtime
+from fp8lab import bench
+from fp8lab.device import runtime
 from fp8lab.kernels import MODULES, load
 
 PKG = pathlib.Path(fp8lab.__file__).parent
 
 # Lower layers never import higher ones (fp8lab/kernels/README.md draws them).
 LAYERS = {
-    0: ("_backend", "_validate", "formats", "spec", "hardware", "accum", "scaling", "plotting", "corpus",
-        "lm", "checkpoint", "moe", "pipeline"),
-    1: ("_simgaps", "_pool", "runtime"),
-    2: ("ptx", "ptx.intrinsics", "ptx.compile"),
-    3: ("timing", "bench", "recorded", "_triton_peer", "kernels", "kernels.common"),
+    0: ("_validate", "numerics", "numerics.formats", "numerics.spec", "numerics.accum", "numerics.scaling",
+        "device", "device.select", "device.hardware", "course", "course.plotting", "training", "training.corpus",
+        "training.model", "training.checkpoint", "comm", "comm.moe", "comm.pipeline"),
+    1: ("device.simgaps", "device.pool", "device.runtime"),
+    2: ("device.ptx", "device.ptx.intrinsics", "device.ptx.compile"),
+    3: ("bench.timing", "bench", "course.recorded", "bench.triton_peer", "kernels", "kernels.common"),
     4: tuple(f"kernels.{m}" for m in MODULES),
-    5: ("quant", "overhead", "overlap", "lm_engine", "lm_torch", "training", "check", "check._core", "check.ws1",
-        "check.ws2", "check.ws3", "check.ws4", "check.ws5", "check.ws6", "check.ws7", "check.ws8", "check.ws9",
-        "check.ws10", "check._lecture", *(f"check.lecture{n:02d}" for n in range(10)), "worksheets", "notebook",
-        "cli", "__init__"),
+    5: ("quant", "bench.overhead", "comm.overlap", "training.engine_kernels", "training.engine_torch", "training.loop",
+        "course.check", "course.check._core", *(f"course.check.ws{n}" for n in range(1, 11)), "course.check._lecture",
+        *(f"course.check.lecture{n:02d}" for n in range(10)), "course.worksheets", "course.notebook", "cli",
+        "__init__"),
 }
 LAYER = {name: layer for layer, names in LAYERS.items() for name in names}
 
@@ -117,7 +119,7 @@ def test_lower_layers_never_import_higher_ones():
 
 
 def test_numpy_spec_modules_import_no_numba():
-    for m in set(LAYERS[0]) - {"_backend"}:  # _backend re-reads numba's config when numba came before fp8lab
+    for m in set(LAYERS[0]) - {"device.select"}:  # device.select re-reads numba's config when numba came before fp8lab
         tree = ast.parse(MODS[m].read_text())
         for node in ast.walk(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
@@ -153,7 +155,7 @@ def test_numbers_live_in_one_place(value):
     """FP8 maxima and the amax floor are stated in formats.py / spec.py only; everything else refers to them."""
     found = []
     for m, path in MODS.items():
-        if m in ("formats", "spec"):
+        if m in ("numerics.formats", "numerics.spec"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \

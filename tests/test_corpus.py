@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fp8lab import corpus
+from fp8lab.training import corpus
 
 
 def test_text_is_the_shipped_tiny_shakespeare():

@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from fp8lab import runtime
+from fp8lab.device import runtime
 from fp8lab.bench import poisoned
 from fp8lab.kernels import cross_entropy as ce
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 VERSIONS = sorted(ce.VERSIONS)
 

@@ -1,4 +1,4 @@
-"""Editable kernels in the lectures (fp8lab.notebook, scripts/editable.py) and short source dumps.
+"""Editable kernels in the lectures (fp8lab.course.notebook, scripts/editable.py) and short source dumps.
 
 Every lecture has an editable copy of its central kernel, generated from the library: the cells must equal what the
 generator makes of the library now (so the library stays the single source), and the cell after each runs the copy
@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import fp8lab
-from fp8lab import notebook, runtime
+from fp8lab.course import notebook
+from fp8lab.device import runtime
 from fp8lab.kernels import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +48,7 @@ KERNELS = {
                                                                  "mma(_pack4(a, r + 8, 4 * t), _pack4(a, r, 4 * t)")),
     "fp8lab.kernels.swiglu.swiglu_quantize_kernel2": ("swiglu", 2, ("vals[j] = swiglu_value(va[j], vb[j])",
                                                                     "vals[j] = va[j] * vb[j]")),
-    "fp8lab.overlap.copy_kernel": ("overlap", "copy", ("        while i < n:\n            dst8[i] = src8[i]\n"
+    "fp8lab.comm.overlap.copy_kernel": ("overlap", "copy", ("        while i < n:\n            dst8[i] = src8[i]\n"
                                                        "            i += step", "")),
 }
 
@@ -63,12 +64,12 @@ INVITED = {
     "fp8lab.kernels.fp8_gemm.fp8_gemm_kernel1": "`group_scale(sa, sb, m, n, 0)`",
     "fp8lab.kernels.tc_accum.mma_probe_kernel": "swapping the first two A registers, rows `r` and `r + 8`",
     "fp8lab.kernels.swiglu.swiglu_quantize_kernel2": "`vals[j] = va[j] * vb[j]`",
-    "fp8lab.overlap.copy_kernel": "deleting the tail loop (the last `while i < n:` and its two lines)",
+    "fp8lab.comm.overlap.copy_kernel": "deleting the tail loop (the last `while i < n:` and its two lines)",
 }
 
 
 def _module(name: str):
-    return fp8lab.overlap if name == "overlap" else load(name)
+    return fp8lab.comm.overlap if name == "overlap" else load(name)
 
 
 def _cells(path: Path):
@@ -270,7 +271,7 @@ def test_the_generated_cell_imports_what_the_kernel_reads():
     lines = text.splitlines()
     assert lines[0] == ("# editable copy of fp8lab.kernels.quantize_fine.tile_fused_kernel2: change it, re-run this "
                         "cell and the next")
-    assert "from fp8lab.runtime import WARP_SIZE, cuda" in lines  # from where the library module imports them
+    assert "from fp8lab.device.runtime import WARP_SIZE, cuda" in lines  # from where the library module imports them
     assert "from fp8lab.kernels.common import nanmax, warp_max" in lines
     assert {"gk = 128", "per_lane = 4", "write_codes = False"} <= set(lines)  # the closure's constants
     assert ('group_scale, encode = closure("fp8lab.kernels.quantize_fine.tile_fused_kernel2", "group_scale", '

@@ -14,7 +14,7 @@ import pytest
 
 from fp8lab.bench import assert_close, poisoned
 from fp8lab.kernels import embedding as emb
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 V_SMALL, M_SMALL = 7, 300
 UNUSED = (1, 5)  # rows of the V = 7 table that no token uses

@@ -1,4 +1,4 @@
-"""fp8lab.formats against ml_dtypes, the independent oracle (used here only, never by the implementation).
+"""fp8lab.numerics.formats against ml_dtypes, the independent oracle (used here only, never by the implementation).
 
 Two oracles: ml_dtypes casts, and `grid_codes`, the nearest value of the 256-entry table found by search (exact,
 and independent of both ml_dtypes and encode's frexp/rint method). Every expected code is the grid oracle's,
@@ -28,17 +28,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8lab import formats, runtime
-from fp8lab.formats import E4M3, E5M2, E8M0
-from fp8lab.kernels.common import (
-    decode_e4m3,
-    decode_e5m2,
-    encode_e4m3,
-    encode_e4m3_sat,
-    encode_e5m2,
-    encode_e5m2_sat,
-)
-from fp8lab.runtime import cuda
+from fp8lab.numerics import formats
+from fp8lab.device import runtime
+from fp8lab.numerics.formats import E4M3, E5M2, E8M0
+from fp8lab.kernels.common import decode_e4m3, decode_e5m2, encode_e4m3, encode_e4m3_sat, encode_e5m2, encode_e5m2_sat
+from fp8lab.device.runtime import cuda
 
 FMTS = [E4M3, E5M2, E8M0]
 ML = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e8m0": ml_dtypes.float8_e8m0fnu}

@@ -1,4 +1,4 @@
-"""fp8lab.kernels.fp8_gemm (FP8 NT GEMM with 1x128 / 128x128 scales) and fp8lab.accum (the accumulator model).
+"""fp8lab.kernels.fp8_gemm (FP8 NT GEMM with 1x128 / 128x128 scales) and fp8lab.numerics.accum (the accumulator model).
 
 Kernel tests: fresh random inputs, odd shapes (M, N, K not multiples of 8, 32 or 128, so every partial tile
 and partial K-group is exercised), outputs poisoned with NaN before the launch, NaN counted as failure.
@@ -12,7 +12,7 @@ fused, so the results must agree bit for bit. On a GPU the compiler may also fus
 scale step, whose product is not exact): one rounding instead of two per K-group, hence a tolerance of a few
 float32 roundings per K-group there, and the FP32 error bound against float64 in every case.
 
-Test inputs come from the NumPy spec (fp8lab.spec.quantize "tile" / "block", mode "amax": inv = 448 / amax,
+Test inputs come from the NumPy spec (fp8lab.numerics.spec.quantize "tile" / "block", mode "amax": inv = 448 / amax,
 codes = encode(x * inv), scale = amax / 448, float32), the layouts of fp8lab.quantize's "tile" and "block".
 """
 
@@ -21,11 +21,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fp8lab import accum, formats, runtime, spec
+from fp8lab.numerics import accum, formats, spec
+from fp8lab.device import runtime
 from fp8lab.bench import poisoned
 from fp8lab.kernels import common
 from fp8lab.kernels import fp8_gemm as fg
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 
 class Q:
@@ -347,7 +348,7 @@ def test_out_shape_checked(rng):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# fp8lab.accum: properties of the model
+# fp8lab.numerics.accum: properties of the model
 # ---------------------------------------------------------------------------------------------------------------
 
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fp8lab import runtime
+from fp8lab.device import runtime
 from fp8lab.bench import poisoned
 from fp8lab.kernels import gemm as G
 from fp8lab.kernels.common import vec_ok
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 
 def assert_within_bound(got, a, b):

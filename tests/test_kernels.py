@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fp8lab import formats, spec
+from fp8lab.numerics import formats, spec
 from fp8lab.bench import assert_close, assert_codes_equal, poisoned
 from fp8lab.kernels import elementwise, gemm_nt, loss, optim, quantize, rmsnorm
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 
 def sizes(small, big):

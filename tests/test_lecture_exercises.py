@@ -1,4 +1,4 @@
-"""The lectures' checkable exercises (fp8lab.check.lecture00 ... lecture09): each check passes the right answer,
+"""The lectures' checkable exercises (fp8lab.course.check.lecture00 ... lecture09): each check passes the right answer,
 computed here from the library the way a learner would; takes None (the stub) as "not tried yet" without raising;
 and fails the likely wrong answers with their specific hint. Each lecture's stub cell, right after its list of
 exercises, calls exactly that lecture's checks with None, and the list marks them."""
@@ -15,8 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp8lab import accum, check, corpus, formats, hardware, moe, pipeline, ptx, runtime, scaling, spec
-from fp8lab.check import CheckFailed
+from fp8lab.numerics import accum, formats, scaling, spec
+from fp8lab.course import check
+from fp8lab.training import corpus
+from fp8lab.device import hardware, ptx, runtime
+from fp8lab.comm import moe, pipeline
+from fp8lab.course.check import CheckFailed
 from fp8lab.kernels import fp8_gemm as fg
 from fp8lab.kernels import gemm as G
 from fp8lab.kernels import optim
@@ -29,7 +33,7 @@ W = runtime.WARP_SIZE
 
 
 def all_checks() -> dict:
-    """{"lecture04.ex7": the check} for every lecture module of fp8lab.check."""
+    """{"lecture04.ex7": the check} for every lecture module of fp8lab.course.check."""
     out = {}
     for n in range(10):
         mod = getattr(check, f"lecture{n:02d}")

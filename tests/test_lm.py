@@ -1,11 +1,12 @@
-"""The capstone's model in NumPy (fp8lab.lm): gradients, the recipes' GEMMs, AdamW with bfloat16 moments."""
+"""The capstone's model in NumPy (fp8lab.training.model): gradients, the recipes' GEMMs, AdamW with bfloat16 moments."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fp8lab import corpus, formats, lm, spec
+from fp8lab.training import corpus, model as lm
+from fp8lab.numerics import formats, spec
 
 CFG = lm.Config(vocab=65, context=4, embed=40, hidden=150, blocks=2)  # width 160: partial 1 x 128 tiles
 

@@ -1,4 +1,4 @@
-"""fp8lab.moe: routing, the NumPy reference against plain loops, dispatch (FP8) / combine (BF16) through
+"""fp8lab.comm.moe: routing, the NumPy reference against plain loops, dispatch (FP8) / combine (BF16) through
 torch.distributed in this process (world size 1) and in two spawned gloo ranks, the communication calculator by
 hand, and bad input. The spawned ranks quantize with the NumPy spec (no numba, no simulator). Tests that run
 collectives skip when PyTorch is not installed."""
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import fp8lab as fl
-from fp8lab import formats, moe
+from fp8lab.numerics import formats
+from fp8lab.comm import moe
 
 
 def _inputs(rng, tokens, hidden, experts, top_k):

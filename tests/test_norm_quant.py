@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fp8lab import formats, spec
+from fp8lab.numerics import formats, spec
 from fp8lab.bench import assert_close, assert_codes_equal, poisoned
 from fp8lab.kernels import elementwise
 from fp8lab.kernels import norm_quant as nq
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 U = 2.0**-24  # float32's unit roundoff
 # (M, N, bias, z asked for): N = 300 takes the 16-byte path, 129 the scalar path, 200 a partial tile of 72

@@ -1,5 +1,5 @@
 """kernels.optim.AdamW (decoupled weight decay, bfloat16 or FP32 moments) against its NumPy twin reference_adamw,
-and reference_adamw against fp8lab.lm's AdamW, which it must equal bit for bit.
+and reference_adamw against fp8lab.training.model's AdamW, which it must equal bit for bit.
 
 Sizes are odd (not multiples of the block or of the grid-stride); gradients are fresh each run, never zero, spread
 over six decades. Under the simulator every step is bit for bit the twin's; on a GPU (`gpu` marker, realistic
@@ -11,10 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fp8lab import formats, lm, runtime
+from fp8lab.numerics import formats
+from fp8lab.training import model as lm
+from fp8lab.device import runtime
 from fp8lab.bench import assert_codes_equal
 from fp8lab.kernels import optim
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 
 def sizes(small, big):

@@ -1,4 +1,4 @@
-"""fp8lab.overlap: the persistent copy kernel, copies and a GEMM on streams, the SM budget of fp8_gemm version 7.
+"""fp8lab.comm.overlap: the persistent copy kernel, copies and a GEMM on streams, the SM budget of fp8_gemm version 7.
 
 Under the simulator the experiments run at their tiny sizes: they poison every output, run each configuration once
 and verify what arrives (the GEMM bit for bit against fp8_gemm.reference, copies byte for byte); nothing is timed,
@@ -11,10 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fp8lab import bench, hardware, runtime, timing
-from fp8lab import overlap as ov
+from fp8lab import bench
+from fp8lab.device import hardware, runtime
+from fp8lab.bench import timing
+from fp8lab.comm import overlap as ov
 from fp8lab.kernels import fp8_gemm as fg
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 T = ov.TimedOp
 
@@ -279,7 +281,7 @@ def test_figures_measured_and_not(sim_runs, tmp_path):
 
 
 def test_command_runs_the_checks(sim_runs, monkeypatch, capsys):
-    """`python -m fp8lab.overlap` and `fp8lab bench overlap` run the same checks (the experiments themselves are
+    """`python -m fp8lab.comm.overlap` and `fp8lab bench overlap` run the same checks (the experiments themselves are
     the fixture's runs here: they take seconds under the simulator)."""
     from fp8lab import cli
 

@@ -1,4 +1,4 @@
-"""fp8lab.pipeline: 1F1B, ZB1P and DualPipe simulated, against DeepSeek-V3's Table 2 (arXiv 2412.19437): the bubble
+"""fp8lab.comm.pipeline: 1F1B, ZB1P and DualPipe simulated, against DeepSeek-V3's Table 2 (arXiv 2412.19437): the bubble
 formulas exactly, parameter copies, activation peaks; every timeline verified by Timeline.check; bad input."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import math
 import pytest
 
 import fp8lab as fl
-from fp8lab import cli, pipeline
+from fp8lab import cli
+from fp8lab.comm import pipeline
 
 PPS = (2, 4, 6, 8, 16)
 INT_TIMES = [(1, 2, 1, None), (3, 5, 2, 6), (4, 4, 0, 5), (5, 7, 2, 7)]  # all meet every schedule's CONDITIONS

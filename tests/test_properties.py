@@ -13,9 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fp8lab import bench, formats, runtime, spec
+from fp8lab import bench
+from fp8lab.numerics import formats, spec
+from fp8lab.device import runtime
 from fp8lab.kernels import quantize_fine as qf
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 FMTS = [formats.E4M3, formats.E5M2]
 ML = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}

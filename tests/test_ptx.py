@@ -1,4 +1,4 @@
-"""fp8lab.ptx: the inline-PTX FP8 conversion against the software spec, and the PTX helpers.
+"""fp8lab.device.ptx: the inline-PTX FP8 conversion against the software spec, and the PTX helpers.
 
 What is checked:
 - on a GPU (`gpu` marker): `cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32` through `encode_*_sat_hw` and the packed
@@ -21,10 +21,11 @@ import warnings
 import numpy as np
 import pytest
 
-from fp8lab import formats, ptx, runtime
-from fp8lab.formats import E4M3, E5M2
+from fp8lab.numerics import formats
+from fp8lab.device import ptx, runtime
+from fp8lab.numerics.formats import E4M3, E5M2
 from fp8lab.kernels import cast
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 POISON = -1  # outside 0..0xFFFF: an unwritten element cannot pass
 

@@ -1,6 +1,6 @@
 """Fine-grained quantization (row, 1x128 tile, 128x128 block, MX), dequantize, requantize and delayed scaling.
 
-Every kernel against the NumPy spec (fp8lab/spec.py), codes and scales bit for bit: fresh random
+Every kernel against the NumPy spec (fp8lab/numerics/spec.py), codes and scales bit for bit: fresh random
 inputs, shapes that are not multiples of the group size, outputs poisoned before the launch. Small shapes run
 everywhere (the simulator: few blocks, ~1e4 threads per launch at most); realistic shapes are marked `gpu`.
 """
@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 import fp8lab as fl
-from fp8lab import formats, quant, spec
+from fp8lab.numerics import formats, spec
+from fp8lab import quant
 from fp8lab.bench import assert_codes_equal, poisoned
 from fp8lab.kernels import quantize_fine as qf
-from fp8lab.runtime import cuda
-from fp8lab.scaling import DelayedScaling, lagging_experiment
+from fp8lab.device.runtime import cuda
+from fp8lab.numerics.scaling import DelayedScaling, lagging_experiment
 
 BIG = (4096, 7168 + 5)
 

@@ -1,4 +1,4 @@
-"""fp8lab.recorded: what the lectures' GPU run measured, shown under the simulator."""
+"""fp8lab.course.recorded: what the lectures' GPU run measured, shown under the simulator."""
 
 import json
 import re
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8lab import hardware, recorded, runtime
+from fp8lab.device import hardware, runtime
+from fp8lab.course import recorded
 
 ROOT = Path(__file__).resolve().parents[1]
 USE = re.compile(r"""recorded\.(?:value|table|lookup)\(\s*["']([^"']+)["']""")
@@ -25,7 +26,7 @@ def keys_used() -> dict:
 
 def test_every_key_a_lecture_shows_was_recorded_on_a_gpu():
     used = keys_used()
-    assert len(used) >= 10, f"the lectures should show their GPU figures through fp8lab.recorded: {sorted(used)}"
+    assert len(used) >= 10, f"the lectures should show their GPU figures through fp8lab.course.recorded: {sorted(used)}"
     entries = hardware.recorded(recorded.DATA)["entries"]
     missing = sorted(set(used) - set(entries))
     assert not missing, f"not recorded: {missing} (used by {[used[k] for k in missing]})"

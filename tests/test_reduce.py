@@ -11,7 +11,7 @@ import pytest
 
 from fp8lab.bench import poisoned
 from fp8lab.kernels import reduce as R
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 
 @pytest.mark.parametrize("version", sorted(R.VERSIONS))

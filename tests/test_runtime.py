@@ -1,4 +1,4 @@
-"""Backend selection and the simulator's gaps (warp shuffles, barriers), and fp8lab.timing."""
+"""Backend selection and the simulator's gaps (warp shuffles, barriers), and fp8lab.bench.timing."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 import fp8lab
-from fp8lab import bench, runtime, timing
-from fp8lab.runtime import FULL_MASK, cuda, shfl_down_sync, shfl_xor_sync
+from fp8lab import bench
+from fp8lab.device import runtime
+from fp8lab.bench import timing
+from fp8lab.device.runtime import FULL_MASK, cuda, shfl_down_sync, shfl_xor_sync
 
 
 def run_py(code: str, **env) -> subprocess.CompletedProcess:
@@ -35,7 +37,7 @@ def test_info_reports_backend_device_and_versions(capsys):
 
 
 def test_probe_does_not_import_numba():
-    path = os.path.join(os.path.dirname(fp8lab.__file__), "_backend.py")
+    path = os.path.join(os.path.dirname(fp8lab.__file__), "device", "select.py")
     r = run_py("import sys, importlib.util as u; s = u.spec_from_file_location('b', %r); m = u.module_from_spec(s); "
                "s.loader.exec_module(m); print(m.probe_driver()); assert 'numba' not in sys.modules" % path)
     assert r.returncode == 0, r.stderr
@@ -50,7 +52,7 @@ def test_bad_backend_variable_is_a_clear_error():
 def test_import_fp8lab_chooses_no_backend_until_used():
     """`import fp8lab` is light: the backend is chosen (and numba imported) when a kernel or fp8lab.backend is
     first used, so `fp8lab --backend` and FP8LAB_BACKEND set after the import still apply."""
-    r = run_py("import sys, fp8lab; assert 'numba' not in sys.modules and 'fp8lab.runtime' not in sys.modules; "
+    r = run_py("import sys, fp8lab; assert 'numba' not in sys.modules and 'fp8lab.device.runtime' not in sys.modules; "
                "import os; os.environ['FP8LAB_BACKEND'] = 'sim'; print(fp8lab.backend, 'numba' in sys.modules)")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["sim", "True"]
@@ -221,7 +223,7 @@ def test_sizes_per_backend():
 
 
 def test_block_cache_reuses_freed_blocks_and_releases_on_oom():
-    from fp8lab import _pool
+    from fp8lab.device import pool as _pool
 
     assert [_pool.bucket(n) for n in (1, 512, 513, 2**20, 2**20 + 1)] == [512, 512, 1024, 2**20, 2 << 20]
     live, freed = set(), []
@@ -259,7 +261,7 @@ def test_block_cache_reuses_freed_blocks_and_releases_on_oom():
 @pytest.mark.gpu
 def test_public_api_allocates_nothing_in_steady_state(rng):
     """fl.quantize and fl.fp8_gemm allocate their outputs; after the first call the pool serves them."""
-    from fp8lab import _pool
+    from fp8lab.device import pool as _pool
 
     if runtime.IS_SIM:
         pytest.skip("needs a CUDA GPU (backend is the simulator); run `make test-gpu` on one")
@@ -349,7 +351,8 @@ def test_sim_estimates_grow_with_the_sizes_and_name_quick_ones(sim_warnings):
 def test_public_calls_warn_before_launching_and_only_under_the_simulator(sim_warnings, monkeypatch):
     import warnings
 
-    from fp8lab import quant, training
+    from fp8lab import quant
+    from fp8lab.training import loop as training
     from fp8lab.kernels import fp8_gemm as fg
     from fp8lab.kernels import gemm as G
 

@@ -13,10 +13,10 @@ import warnings
 import numpy as np
 import pytest
 
-from fp8lab import formats, spec
+from fp8lab.numerics import formats, spec
 from fp8lab.bench import assert_close, assert_codes_equal, poisoned
 from fp8lab.kernels import swiglu
-from fp8lab.runtime import cuda
+from fp8lab.device.runtime import cuda
 
 SMALL = [(5, 200), (3, 129), (4, 300), (1, 100)]
 BIG = [(16384, 2816), (4099, 2821)]

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import fp8lab
-from fp8lab import runtime
+from fp8lab.device import runtime
 
-from fp8lab import training as T
+from fp8lab.training import loop as T
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_history_serializes(runs, tmp_path):
 
 
 def test_plot_losses(runs, tmp_path):
-    from fp8lab.plotting import plot_losses
+    from fp8lab.course.plotting import plot_losses
 
     fig = plot_losses([runs["fp32", "kernels"], runs["fp8-tensor", "kernels"]], path=tmp_path / "loss.png")
     assert (tmp_path / "loss.png").stat().st_size > 1000
@@ -151,7 +151,7 @@ def test_default_task_on_gpu(runs):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# task="chars": the character-level language model (fp8lab.lm, fp8lab.lm_engine)
+# task="chars": the character-level language model (fp8lab.training.model, fp8lab.training.engine_kernels)
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -217,7 +217,7 @@ def test_teacher_rejects_language_model_options():
 
 
 def test_chars_nan_names_the_step_and_the_tensor(monkeypatch):
-    from fp8lab import lm
+    from fp8lab.training import model as lm
 
     real = lm.init_params
 
@@ -276,7 +276,7 @@ def test_chars_resume_continues_to_the_same_losses(tmp_path, engine):
     resumed = fp8lab.train("fp8-deepseek", steps=3, resume=tmp_path / "run", save=tmp_path / "run", **kw)
     assert resumed.loss == whole.loss and resumed.val_loss == whole.val_loss
     assert resumed.ema_loss == whole.ema_loss
-    from fp8lab import checkpoint, lm
+    from fp8lab.training import checkpoint, model as lm
 
     cfg, recipe, w = checkpoint.model_of(tmp_path / "run")  # either engine's layout
     assert recipe == "fp8-deepseek" and cfg.context == SMALL["context"]
@@ -306,7 +306,7 @@ def test_chars_run_killed_mid_way_resumes_to_the_same_losses(tmp_path):
     import signal
     import time
 
-    from fp8lab import checkpoint
+    from fp8lab.training import checkpoint
 
     args = ["train", "--task", "chars", "--recipe", "fp32", "--no-baseline", "--engine", "reference", "--batch", "8",
             "--context", "2", "--embed", "16", "--hidden", "16", "--blocks", "1", "--eval-every", "1", "--no-plot",
@@ -351,7 +351,7 @@ def test_generate_samples_text_from_a_saved_model(tmp_path):
 
 def test_pytorch_rung_follows_the_reference_engine():
     pytest.importorskip("torch")
-    from fp8lab import corpus, lm, lm_torch
+    from fp8lab.training import corpus, model as lm, engine_torch as lm_torch
 
     cfg = lm.Config(corpus.load().vocab_size, SMALL["context"], SMALL["embed"], SMALL["hidden"], SMALL["blocks"])
     t = lm_torch.train(cfg, 4, SMALL["batch"], 3e-3, autocast=False, device="cpu")
@@ -399,7 +399,7 @@ def test_outliers_must_be_a_power_of_two(value, exc):
 def test_step_breakdown_names_every_op(chars_runs, monkeypatch):
     """The simulator times nothing (breakdown None); with its events standing in for a GPU's (each interval 1 ms),
     every op class of a step is marked, and the intervals per step add up to the marks made."""
-    from fp8lab import lm_engine
+    from fp8lab.training import engine_kernels as lm_engine
 
     assert chars_runs["fp8-deepseek", "kernels"].breakdown is None and chars_runs["fp32", "reference"].breakdown is None
     monkeypatch.setattr(lm_engine.StepProfile, "timed", staticmethod(lambda: True))

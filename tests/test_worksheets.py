@@ -16,9 +16,11 @@ import nbformat
 import numpy as np
 import pytest
 
-from fp8lab import check, formats, ptx, worksheets
+from fp8lab.course import check, worksheets
+from fp8lab.numerics import formats
+from fp8lab.device import ptx
 from fp8lab.kernels.common import encode_e4m3_sat
-from fp8lab.runtime import FULL_MASK, cuda, shfl_down_sync, shfl_xor_sync
+from fp8lab.device.runtime import FULL_MASK, cuda, shfl_down_sync, shfl_xor_sync
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
@@ -71,7 +73,7 @@ def graded_exercises(generated):
 def test_solution_passes_every_check(graded_solutions, name):
     """(`fp8lab grade` exits 0 exactly when every row passed: _grade_main.)"""
     rows = graded_solutions[name]
-    assert rows, f"{name} calls no fp8lab.check function"
+    assert rows, f"{name} calls no fp8lab.course.check function"
     assert all(r["status"] == "passed" for r in rows), rows
 
 
@@ -148,7 +150,7 @@ def encode_ties_away(x):
 
 def encode_no_saturation(x):
     """Right everywhere except overflow, where it returns NaN (like ml_dtypes) instead of saturating."""
-    from fp8lab import formats
+    from fp8lab.numerics import formats
 
     return int(formats.encode(np.float32(x), formats.E4M3, saturate=False))
 
@@ -580,7 +582,7 @@ def test_ws5_right_answers_pass(rng, capsys):
     ((_cvt_intrinsic("cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;", "=h,f,f"), _cvt_twin_swapped), "upper byte"),
 ], ids=["operands swapped", "wrong constraint", "twin swapped"])
 def test_ws5_wrong_answers_are_rejected(answer, says, rng):
-    from fp8lab import runtime
+    from fp8lab.device import runtime
 
     if not runtime.IS_SIM and says != "upper byte":
         pytest.skip("on a GPU a wrong asm shows up as wrong results or a compile error, checked by the run")
@@ -846,8 +848,8 @@ def test_ws10_right_answers_pass(rng, capsys):
 
 
 def test_ws10_precisions_are_measured_per_recipe(rng):
-    """The check's reference is measured on fp8lab.lm, not a table: each recipe gives its own answers."""
-    from fp8lab.check import ws10
+    """The check's reference is measured on fp8lab.training.model, not a table: each recipe gives its own answers."""
+    from fp8lab.course.check import ws10
 
     gemms = [op for op in ws10.OPS if op.split()[-1] in ("Fprop", "Dgrad", "Wgrad")]
     assert len(gemms) == 6
@@ -863,7 +865,7 @@ def test_ws10_precisions_are_measured_per_recipe(rng):
 
 def test_ws10_sweep_breaks_where_lecture_08_says(rng):
     """Per-tensor scaling holds to about 2^12 and fails past 2^15 (lecture 08 (f)); DeepSeek's tiles hold longer."""
-    from fp8lab.check import ws10
+    from fp8lab.course.check import ws10
 
     E = ws10.sweep(range(21), rng, 24, 64, 520)  # large enough that the break does not move with the draw
     assert sorted(E) == list(range(21)) and all(np.isfinite(v[r]) for v in E.values() for r in v)
@@ -1087,7 +1089,7 @@ def test_ws8_placeholders_are_not_attempted():
 
 def ws9_requantize(codes, scales, divide=False, floor=True):
     """The re-tiling, right by default; divide=True encodes v / scale, floor=False drops AMAX_FLOOR."""
-    from fp8lab import spec
+    from fp8lab.numerics import spec
 
     M, K = codes.shape
     v_t = np.ascontiguousarray((formats.decode(codes) * np.repeat(scales, 128, axis=1)[:, :K]).T)
@@ -1104,14 +1106,14 @@ def ws9_requantize(codes, scales, divide=False, floor=True):
 
 
 def _ws9_deq(codes, scales):
-    from fp8lab import spec
+    from fp8lab.numerics import spec
 
     return spec.dequantize(codes, scales, 1, 128)
 
 
 def _ws9_tiles(a):
     """dequantized 1x128 tiles of a, float32."""
-    from fp8lab import spec
+    from fp8lab.numerics import spec
 
     return _ws9_deq(*spec.quantize(np.ascontiguousarray(a), "tile")[:2])
 
@@ -1126,7 +1128,7 @@ def ws9_wgrad_float64(dy, x_codes, x_scales):  # right: the same operands, float
 
 def _ws9_errors(x, dy, fresh_x_t=None, reference=None, norm=np.linalg.norm):
     """wgrad_errors, right by default; fresh_x_t (K, M) replaces x^T's fresh tiles, reference the float64 dW."""
-    from fp8lab import spec
+    from fp8lab.numerics import spec
 
     exact = dy.astype(np.float64).T @ x.astype(np.float64) if reference is None else reference(x, dy)
     fresh_x_t = _ws9_tiles(x.T) if fresh_x_t is None else fresh_x_t
@@ -1144,7 +1146,7 @@ def ws9_errors_float32_reference(x, dy):  # right within the tolerance
 
 def _ws9_requantize_from(values_of):
     """requantize_tile_to_col of the values values_of(codes, scales) (M, K) instead of decode(codes) * scale."""
-    from fp8lab import spec
+    from fp8lab.numerics import spec
 
     def answer(codes, scales):
         c, s, _ = spec.quantize(np.ascontiguousarray(values_of(codes, scales).T), "tile")
@@ -1154,13 +1156,13 @@ def _ws9_requantize_from(values_of):
 
 
 def ws9_requantize_along_k(codes, scales):
-    from fp8lab import spec
+    from fp8lab.numerics import spec
 
     return spec.quantize(_ws9_deq(codes, scales), "tile")[:2]  # x's own layout again, not x^T's
 
 
 def ws9_requantize_calls_library(codes, scales):
-    from fp8lab import spec
+    from fp8lab.numerics import spec
 
     return spec.requantize_tile_to_col(codes, scales)
 
@@ -1394,7 +1396,7 @@ def test_ws7_wrong_answer_is_rejected(checker, answer, says, rng, capsys):
 
 
 def test_ws7_reference_calls_are_refused():
-    from fp8lab import accum
+    from fp8lab.numerics import accum
 
     def accumulate_limited(products, bits):
         return float(accum.dot_limited(products, np.ones_like(products), bits)[0, 0])

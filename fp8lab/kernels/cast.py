@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import bench, formats, ptx, runtime
-from ..runtime import cuda
+from .. import bench
+from ..numerics import formats
+from ..device import ptx, runtime
+from ..device.runtime import cuda
 from .common import encode_e4m3_sat
 
 VERSIONS = {

@@ -3,8 +3,8 @@ and never from another kernel module.
 
 Sections:
 - FP8 codecs: `encode_e4m3_sat`, `encode_e4m3`, `encode_e5m2_sat`, `encode_e5m2`, `decode_e4m3`, `decode_e5m2`,
-  software device functions bit-exact with fp8lab.formats (`ENCODE_SAT`, `DECODE` by format name), and the
-  hardware conversions by format name (`CVT_X2`, `DECODE_X2`, from fp8lab.ptx);
+  software device functions bit-exact with fp8lab.numerics.formats (`ENCODE_SAT`, `DECODE` by format name), and the
+  hardware conversions by format name (`CVT_X2`, `DECODE_X2`, from fp8lab.device.ptx);
 - reductions: `nanmax`, `warp_sum`, `warp_max`, `block_sum`, `block_max`, `tree_max`;
 - vector access: `vec_ok(x, nbytes)` (host: may x be read nbytes at a time?) and `load4` (four float32, one
   16-byte load where allowed);
@@ -29,10 +29,11 @@ import math
 
 import numpy as np
 
-from .. import formats, ptx, runtime
-from ..spec import AMAX_FLOOR as _AMAX_FLOOR
-from ..ptx import ld_global_v4_f32, ld_shared_v4_f32
-from ..runtime import FULL_MASK, cuda, shfl_xor_sync
+from ..numerics import formats
+from ..device import ptx, runtime
+from ..numerics.spec import AMAX_FLOOR as _AMAX_FLOOR
+from ..device.ptx import ld_global_v4_f32, ld_shared_v4_f32
+from ..device.runtime import FULL_MASK, cuda, shfl_xor_sync
 
 __all__ = [
     "encode_e4m3_sat", "encode_e4m3", "encode_e5m2_sat", "encode_e5m2", "decode_e4m3", "decode_e5m2",

@@ -43,8 +43,10 @@ import math
 
 import numpy as np
 
-from .. import _validate, bench, runtime, timing
-from ..runtime import FULL_MASK, WARP_SIZE, cuda, shfl_xor_sync
+from .. import _validate, bench
+from ..device import runtime
+from ..bench import timing
+from ..device.runtime import FULL_MASK, WARP_SIZE, cuda, shfl_xor_sync
 from .common import block_sum, nanmax, warp_max
 
 VERSIONS = {

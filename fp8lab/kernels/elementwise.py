@@ -20,8 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate as V
-from .. import bench, formats, runtime, timing
-from ..runtime import cuda
+from .. import bench
+from ..numerics import formats
+from ..device import runtime
+from ..bench import timing
+from ..device.runtime import cuda
 from .common import round_bf16 as round_bf16_value
 
 TILE = 32

@@ -27,8 +27,10 @@ import math
 
 import numpy as np
 
-from .. import _validate, bench, runtime, timing
-from ..runtime import MAX_BLOCKS, cuda
+from .. import _validate, bench
+from ..device import runtime
+from ..bench import timing
+from ..device.runtime import MAX_BLOCKS, cuda
 
 VERSIONS = {
     1: "zero dtable, then a float atomic add per element (run-to-run bits may differ)",

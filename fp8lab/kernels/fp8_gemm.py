@@ -28,13 +28,13 @@ version 2: TILE x TILE outputs per block; BLOCK_K = 128 steps: the (TILE, 128) s
 version 3: the register-tiled SGEMM core of gemm version 7 (kernels/common.py: 128 x 128 block tile, 8 x 8
            outputs per thread, ld.shared.v4.f32, double buffering) behind an FP8 front end: per k-step of 8, 4
            codes of a row of a and of b per thread (one 4-byte load each), decoded by
-           cvt.rn.f16x2.{e4m3,e5m2}x2 (fp8lab.ptx), each
+           cvt.rn.f16x2.{e4m3,e5m2}x2 (fp8lab.device.ptx), each
            multiplied by its K-group's scale, stored as float32 in shared memory. The scales are applied per
            K-group inside the kernel, but to the operands as they are staged, not to partial sums: one more
            float32 rounding per operand than `reference`, so version 3 is checked against float64 within the
            FP32 bound (`error_bound`), not bit for bit. FP32 accumulation only.
 
-version 4: the tensor cores through mma.sync.m16n8k32 (inline PTX, fp8lab.ptx): 128 x 128 block tiles, 8 warps of
+version 4: the tensor cores through mma.sync.m16n8k32 (inline PTX, fp8lab.device.ptx): 128 x 128 block tiles, 8 warps of
            64 x 32 outputs; codes copied global -> shared by cp.async, three stages of one K-group in flight, rows
            padded to 144 bytes; fragments loaded by ldmatrix; after each K-group the tensor core's partial sums
            are scaled and added to FP32 registers on the CUDA cores (DeepSeek-V3's promotion). On sm_90 ptxas
@@ -50,15 +50,15 @@ version 7: version 6 persistent: a grid of `sms` blocks, one per SM, each loopin
            GEMM can leave SMs to other work, as DeepSeek-V3 gives 20 of 132 SMs to communication (section 3.2.2).
            Same arithmetic as version 6.
 
-Under the simulator versions 4-7 run their twins (fp8lab.ptx), which sum each K-group in FP32 in k order: they
+Under the simulator versions 4-7 run their twins (fp8lab.device.ptx), which sum each K-group in FP32 in k order: they
 are then bit-exact with `reference`. On a GPU they are checked against float64 within `tensor_core_bound`.
 
 accum_bits / promote_every (kernel options, compiled in, versions 1 and 2): emulate the limited-precision tensor-core
-accumulator of fp8lab/accum.py instead of FP32: k in groups of 32, each group's products and the running
+accumulator of fp8lab/numerics/accum.py instead of FP32: k in groups of 32, each group's products and the running
 accumulator aligned to the largest exponent, truncated to accum_bits mantissa bits, added exactly, the sum
 truncated to accum_bits; every promote_every elements of K the limited sum is multiplied by the group's scales
 and added to the FP32 accumulator (DeepSeek: N_C = 128). Integer and bit manipulation is done with
-math.frexp / math.ldexp / math.floor and int64 sums, as in fp8lab/formats.py (no libdevice bit tricks, so it
+math.frexp / math.ldexp / math.floor and int64 sums, as in fp8lab/numerics/formats.py (no libdevice bit tricks, so it
 runs in the simulator). With tile/block scales the partial sum has to be promoted at least at every 128-group
 boundary (that is where its scale is applied), so promote_every must divide 128 and None means 128; with two
 per-tensor operands promote_every may be None (no promotion: one limited sum over all of K) or any multiple
@@ -84,9 +84,12 @@ import math
 import numpy as np
 
 from .. import _validate as V
-from .. import accum, bench, formats, ptx, runtime, spec, timing
-from ..runtime import cuda
-from ..spec import GROUP_K, QuantizedTensor
+from ..numerics import accum, formats, spec
+from .. import bench
+from ..device import ptx, runtime
+from ..bench import timing
+from ..device.runtime import cuda
+from ..numerics.spec import GROUP_K, QuantizedTensor
 from . import common as C
 from .common import DECODE_X2, sgemm_fma_step, sgemm_store, vec_ok
 
@@ -149,7 +152,7 @@ _EXP_INT = int if runtime.IS_SIM else np.int32
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Device functions: the limited accumulator (bit-exact with fp8lab.accum)
+# Device functions: the limited accumulator (bit-exact with fp8lab.numerics.accum)
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -910,7 +913,7 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
     object with .data (uint8), .scale (float32), .granularity and .fmt ('e4m3' or 'e5m2') will do, e.g.
     fp8lab.QuantizedTensor; NumPy or device arrays.
     accum_bits: None = FP32 accumulation; 1..23 = emulate a tensor-core accumulator with that many mantissa
-    bits (13 = Hopper's FP22, see fp8lab.accum). promote_every: multiple of 32; None = 128 with tile/block
+    bits (13 = Hopper's FP22, see fp8lab.numerics.accum). promote_every: multiple of 32; None = 128 with tile/block
     scales, no promotion with per-tensor scales. out: optional float32 (M, N) device array.
     version: 1..7 (None: `best_version()` without accum_bits (6 on an H100/H200/H800), 2 with; only 1 and 2 emulate
     accum_bits). On a GPU versions 4 (mma.sync, sm_89+), 5, 6 and 7 (wgmma, sm_90) run on the tensor cores; under
@@ -1013,7 +1016,7 @@ def reference(qa, qb, accum_bits=None, promote_every=None) -> np.ndarray:
     """NumPy spec, float32 (M, N): the kernels' arithmetic in their order (bit-exact under the simulator).
 
     FP32: per K-group g, partial = float32 sum of the products in k order; acc = acc + partial * (sa * sb).
-    Limited (accum_bits): the fp8lab.accum model, groups of 32, promotion as in `fp8_gemm`.
+    Limited (accum_bits): the fp8lab.numerics.accum model, groups of 32, promotion as in `fp8_gemm`.
     """
     A, B = _decoded("qa", qa), _decoded("qb", qb)
     M, K = A.shape
@@ -1202,9 +1205,9 @@ def checks(rng, only=None) -> list:
 
 
 def _triton_peer():
-    """fp8lab._triton_peer when Triton is installed (a benchmark peer, never a dependency), else None."""
+    """fp8lab.bench.triton_peer when Triton is installed (a benchmark peer, never a dependency), else None."""
     try:
-        from .. import _triton_peer
+        from ..bench import triton_peer as _triton_peer
     except ImportError:
         return None
     return _triton_peer

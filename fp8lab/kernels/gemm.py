@@ -17,7 +17,7 @@ version 7: version 6 with float4 shared loads (ld.shared.v4.f32 through an addrs
            quarter-warp's 16-byte reads hit distinct banks, and two shared buffers (the next k-step is loaded
            from global memory during this one's FMAs; one barrier per k-step).
 
-Inline PTX (fp8lab.ptx): `ld_global_v4_f32(x, i, j)` returns x[i, j:j+4] as four float32 from one 16-byte
+Inline PTX (fp8lab.device.ptx): `ld_global_v4_f32(x, i, j)` returns x[i, j:j+4] as four float32 from one 16-byte
 `ld.global.v4.f32`; the address must be 16-byte aligned, so versions 6 and 7 use it (through common.load4) only
 where `common.vec_ok` says the rows allow it, and four scalar loads elsewhere and at the matrix edges. Under the
 simulator the same name is a software twin. Versions 5-7 have the register-tiled core's geometry
@@ -29,7 +29,7 @@ got 128-bit shared loads there); version 7's inner loop is four `ld.shared.v4.f3
 no version spills to local memory.
 
 Launch configurations (threads per block, static shared memory) are in `LAUNCH`; `occupancy(version)` turns them
-into blocks per SM (fp8lab.hardware's model). `python -m fp8lab.kernels.gemm [--plot PATH]` checks every version,
+into blocks per SM (fp8lab.device.hardware's model). `python -m fp8lab.kernels.gemm [--plot PATH]` checks every version,
 then times it at 4096^3 against cuBLAS SGEMM measured in the same run.
 """
 
@@ -40,9 +40,11 @@ import math
 import numpy as np
 
 from .. import _validate as V
-from .. import bench, hardware, runtime, timing
-from ..ptx import st_shared_v4_f32
-from ..runtime import cuda
+from .. import bench
+from ..device import hardware, runtime
+from ..bench import timing
+from ..device.ptx import st_shared_v4_f32
+from ..device.runtime import cuda
 from . import common as C
 from .common import load4, sgemm_fma_step, sgemm_store, vec_ok
 
@@ -513,7 +515,7 @@ def timings(rng, args) -> list:
         rows.append(base)
         ceiling = bench.rate(flops, base.ms, "TFLOP/s")
     if args is not None and getattr(args, "plot", None) and only is None:
-        from ..plotting import plot_ladder
+        from ..course.plotting import plot_ladder
 
         plot_ladder({v: bench.rate(flops, r.ms, "TFLOP/s") for v, r in zip(VERSIONS, rows)}, ceiling, path=args.plot)
         print(f"plot saved to {args.plot}")

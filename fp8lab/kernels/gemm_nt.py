@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import bench, formats, runtime, spec, timing
-from ..runtime import cuda
+from .. import bench
+from ..numerics import formats, spec
+from ..device import runtime
+from ..bench import timing
+from ..device.runtime import cuda
 
 TILE = runtime.sizes("gemm_tile")  # 16 on a GPU; 8 under the simulator (64 Python threads a block)
 TILE_PAD = TILE + 1  # shared-array shapes must be compile-time constants: no arithmetic inside the kernel

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import bench, runtime, timing
-from ..runtime import cuda
+from .. import bench
+from ..device import runtime
+from ..bench import timing
+from ..device.runtime import cuda
 from .common import block_sum
 
 VERSIONS = {1: "fused dz and per-block partial sums (warp shuffles), one-block finalize"}

@@ -7,7 +7,8 @@ For x (M, N) float32 (the residual stream), an optional bias b (N,) and the gain
     z = y * rstd * g                       (float32, in this order)
 
 and the outputs codes (M, N) uint8 E4M3 and scales (M, ceil(N/128)) float32, the 1x128 tile quantization of the
-float32 z by fp8lab/spec.py's rule (scale = amax / 448 per tile, the amax floored at AMAX_FLOOR, round to nearest
+float32 z by fp8lab/numerics/spec.py's rule (scale = amax / 448 per tile, the amax floored at AMAX_FLOOR, round to
+nearest
 even, saturating; a tile holding NaN/Inf is poisoned), rstd (M,) for the backward, and z only when asked for.
 Only rstd depends on a kernel's order of additions; given the rstd a kernel wrote, its codes, scales and z are bit
 for bit those of `reference(x, b, g, rstd)`.
@@ -109,10 +110,13 @@ import math
 import numpy as np
 
 from .. import _validate as V
-from .. import bench, ptx, runtime, spec, timing
-from ..ptx import ld_global_v4_f32
-from ..runtime import FULL_MASK, MAX_BLOCKS, WARP_SIZE, cuda, shfl_xor_sync
-from ..spec import FP8_MAX, GROUP_K, POISON_CODE
+from .. import bench
+from ..device import ptx, runtime
+from ..numerics import spec
+from ..bench import timing
+from ..device.ptx import ld_global_v4_f32
+from ..device.runtime import FULL_MASK, MAX_BLOCKS, WARP_SIZE, cuda, shfl_xor_sync
+from ..numerics.spec import FP8_MAX, GROUP_K, POISON_CODE
 from .common import CVT_X2, ENCODE_SAT, amax_scale, block_sum, load4, nanmax, vec_ok, warp_max, warp_sum
 
 EPS = spec.RMSNORM_EPS

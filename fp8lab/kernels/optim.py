@@ -12,7 +12,8 @@ adamw (a plain op, AdamW with reference_adamw): Adam with decoupled weight decay
         m = store(b1 m + (1 - b1) g);  v = store(b2 v + (1 - b2) g g);  p *= 1 - lr wd (where decayed);
         p -= lr (m / bc1) / (sqrt(v / bc2) + eps)
   store rounds to the nearest bfloat16 (ties to even) or keeps FP32; the update uses the stored moments. Exactly
-  fp8lab.lm's AdamW.step, operation for operation in float32. A step moves p (read, written), g (read) and m, v
+  fp8lab.training.model's AdamW.step, operation for operation in float32. A step moves p (read, written), g (read) and
+  m, v
   (read, written): 20 bytes per parameter with bfloat16 moments, 28 with FP32 ones.
 """
 
@@ -23,8 +24,11 @@ import math
 import numpy as np
 
 from .. import _validate as V
-from .. import bench, formats, runtime, timing
-from ..runtime import cuda
+from .. import bench
+from ..numerics import formats
+from ..device import runtime
+from ..bench import timing
+from ..device.runtime import cuda
 from .common import bf16_load, bf16_store_bits
 
 VERSIONS = {1: "one grid-stride launch over the flat FP32 buffer (Adam, SGD)"}
@@ -165,7 +169,8 @@ def _decay_mask(decay, size: int):
 
 def adamw_bias_corrections(b1, b2, t: int) -> tuple[np.float32, np.float32]:
     """(bc1, bc2) = float32(1 - b1^t), float32(1 - b2^t), with b1, b2 float32 and the power taken in float32, as
-    fp8lab.lm's AdamW.step computes them (AdamW and reference_adamw share this, so they agree bit for bit)."""
+    fp8lab.training.model's AdamW.step computes them (AdamW and reference_adamw share this, so they agree bit for
+    bit)."""
     b1, b2 = _F32(b1), _F32(b2)
     return _F32(1 - b1**t), _F32(1 - b2**t)
 
@@ -265,7 +270,7 @@ def reference_adamw(p, g, m, v, t, lr=1e-3, b1=0.9, b2=0.95, eps=1e-8, weight_de
                     moments="bf16"):
     """NumPy float32 twin of AdamW.step (one step t = 1, 2, ...), updating p, m, v in place: float32 NumPy arrays
     of one shape (m, v hold the bfloat16-rounded values when moments="bf16"); decay None (everywhere) or a 0/1
-    array of p's shape. Operation for operation fp8lab.lm's AdamW.step for one parameter:
+    array of p's shape. Operation for operation fp8lab.training.model's AdamW.step for one parameter:
         m = store(b1 m + (1 - b1) g);  v = store(b2 v + (1 - b2) g g)   (store: formats.round_bf16 or nothing)
         p *= 1 - lr wd (where decayed);  p -= lr (m / bc1) / (sqrt(v / bc2) + eps)
     with (bc1, bc2) = adamw_bias_corrections(b1, b2, t). weight_decay=0 leaves p's decay an exact no-op."""

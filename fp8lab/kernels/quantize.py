@@ -9,7 +9,7 @@ scale = amax / FP8_MAX, so the largest |x| encodes to exactly +-FP8_MAX. Transfo
 scale_inv. The cast multiplies by inv_scale = FP8_MAX / amax, computed once in float32 on the device.
 
 amax is floored at spec.AMAX_FLOOR = 1e-12 so an all-zero tensor gives codes 0 and a finite scale instead of
-0/0 (fp8lab/spec.py says why 1e-12). NaN or +-Inf in the input poisons the tensor, as it poisons a group of the
+0/0 (fp8lab/numerics/spec.py says why 1e-12). NaN or +-Inf in the input poisons the tensor, as it poisons a group of the
 fine granularities: the scale is NaN and every code 0x7F (NaN), so the loss shows it (an Inf amax would
 otherwise give an infinite scale and turn every finite element into a zero code). The reference is
 spec.quantize_tensor.
@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import bench, runtime, spec, timing
-from ..runtime import cuda
+from .. import bench
+from ..device import runtime
+from ..numerics import spec
+from ..bench import timing
+from ..device.runtime import cuda
 from .common import DECODE, ENCODE_SAT, block_max, nanmax, tree_max
 
 THREADS = runtime.block_threads(256)

@@ -31,7 +31,7 @@ requantize_tile_to_col: 1 x block tiles of x -> block x 1 tiles, i.e. 1 x block 
          and scales only (see `requantize_tile_to_col`).
 
 Scales and policies (scale modes "amax", "pow2", "mx_floor", "mx_ceil"; partial, all-zero and NaN/Inf groups)
-are those of fp8lab/spec.py, whose NumPy functions are the reference every kernel here matches bit for bit;
+are those of fp8lab/numerics/spec.py, whose NumPy functions are the reference every kernel here matches bit for bit;
 `make_group_scale` is the same rule as a device function. A NaN that was in a tile poisons every 128 x 1 column
 group of requantize it reaches.
 
@@ -47,10 +47,13 @@ import warnings
 
 import numpy as np
 
-from .. import bench, runtime, spec, timing
-from ..runtime import FULL_MASK, MAX_BLOCKS, WARP_SIZE, cuda, shfl_xor_sync
-from ..spec import AMAX_FLOOR, E8M0_NAN, EMAX_ELEM, FP8_MAX, MODES, MX_GROUP, POISON_CODE
-from ..ptx import ld_global_v4_f32
+from .. import bench
+from ..device import runtime
+from ..numerics import spec
+from ..bench import timing
+from ..device.runtime import FULL_MASK, MAX_BLOCKS, WARP_SIZE, cuda, shfl_xor_sync
+from ..numerics.spec import AMAX_FLOOR, E8M0_NAN, EMAX_ELEM, FP8_MAX, MODES, MX_GROUP, POISON_CODE
+from ..device.ptx import ld_global_v4_f32
 from .common import CVT_X2, DECODE, ENCODE_SAT, block_max, nanmax, vec_ok, warp_max
 
 THREADS = runtime.block_threads(256)  # row / block kernels: threads per block (one warp under the simulator)

@@ -27,8 +27,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate as V
-from .. import bench, runtime, timing
-from ..runtime import WARP_SIZE, cuda
+from .. import bench
+from ..device import runtime
+from ..bench import timing
+from ..device.runtime import WARP_SIZE, cuda
 from .common import warp_sum
 
 VERSIONS = {

@@ -17,8 +17,11 @@ import math
 
 import numpy as np
 
-from .. import bench, runtime, spec, timing
-from ..runtime import cuda
+from .. import bench
+from ..device import runtime
+from ..numerics import spec
+from ..bench import timing
+from ..device.runtime import cuda
 from .common import block_sum
 
 EPS = spec.RMSNORM_EPS

@@ -35,9 +35,12 @@ import math
 import numpy as np
 
 from .. import _validate as V
-from .. import bench, runtime, spec, timing
-from ..runtime import MAX_BLOCKS, WARP_SIZE, cuda
-from ..spec import POISON_CODE
+from .. import bench
+from ..device import runtime
+from ..numerics import spec
+from ..bench import timing
+from ..device.runtime import MAX_BLOCKS, WARP_SIZE, cuda
+from ..numerics.spec import POISON_CODE
 from .common import ENCODE_SAT, amax_scale, nanmax, warp_max
 
 TILE = spec.GROUP_K  # 1x128 activation tiles

@@ -3,7 +3,8 @@
 A (R, 32) and B (8, 32) are FP8 codes (B given as its transpose, the "col" layout of mma), C and D (R, 8) float32.
 Crafted inputs (`probes`) then show what the hardware does inside one instruction: how many mantissa bits the
 sum keeps, whether it rounds or truncates, and how products of different sizes are aligned, compared with
-fp8lab.accum's model (`model_matches`). Under the simulator the twins compute FP32 sums in k order (`reference`).
+fp8lab.numerics.accum's model (`model_matches`). Under the simulator the twins compute FP32 sums in k order
+(`reference`).
 
 version 1: mma.sync m16n8k32, one warp per 16 rows, fragments packed from global memory by each lane.
 version 2: wgmma m64n8k32, one warpgroup per 64 rows, A and B staged in 128-byte-swizzled shared memory and read
@@ -17,8 +18,10 @@ import json
 import numpy as np
 
 from .. import _validate as V
-from .. import accum, bench, formats, ptx, runtime, spec
-from ..runtime import cuda
+from ..numerics import accum, formats, spec
+from .. import bench
+from ..device import ptx, runtime
+from ..device.runtime import cuda
 
 VERSIONS = {1: "mma.sync m16n8k32 (one warp, 16 rows)", 2: "wgmma m64n8k32 (one warpgroup, 64 rows)"}
 BEST = 2
@@ -146,7 +149,8 @@ def exact(a_codes, b_codes, c, fmt_a: str = "e4m3", fmt_b: str = "e4m3") -> np.n
 
 
 def model(a_codes, b_codes, c, bits: int, fmt_a: str = "e4m3", fmt_b: str = "e4m3") -> np.ndarray:
-    """fp8lab.accum's limited accumulator for one group of 32 products: C and the products aligned to the largest
+    """fp8lab.numerics.accum's limited accumulator for one group of 32 products: C and the products aligned to the
+    largest
     exponent, truncated to `bits` mantissa bits, added exactly, the sum truncated (float32 result)."""
     A = formats.decode(np.asarray(a_codes, np.uint8), fmt_a).astype(np.float64)
     B = formats.decode(np.asarray(b_codes, np.uint8), fmt_b).astype(np.float64)
@@ -209,7 +213,7 @@ def probes(rng, rows: int = 64 * 24) -> dict:
 
 def model_matches(a, b, c, d, bits_range=range(10, 24)) -> dict:
     """For each candidate: the fraction of outputs d equals bit for bit. Candidates: "fp32" (k-order FP32 sums),
-    f"model{bits}" (fp8lab.accum with that many mantissa bits), and "round-exact" (the float64 sum rounded once
+    f"model{bits}" (fp8lab.numerics.accum with that many mantissa bits), and "round-exact" (the float64 sum rounded once
     to float32)."""
     d = np.asarray(d, np.float32)
     res = {"fp32": float(np.mean(reference(a, b, c) == d)),
@@ -298,7 +302,8 @@ def timings(rng, args) -> list:
     cells = [[f"{name}, v{v}"] + [f"{fam[f'v{v}']['matches'][k]:.3f}" for k in cands]
              for name, fam in data["families"].items() for v in versions]
     tables = [bench.Table("Fraction of outputs equal bit for bit to each candidate (fp32 = k-order FP32 sums, "
-                          "modelN = fp8lab.accum with N mantissa bits)", None, header=["family"] + cands, cells=cells)]
+                          "modelN = fp8lab.numerics.accum with N mantissa bits)", None, header=["family"] + cands,
+                          cells=cells)]
     for v in versions:
         tab = data["families"]["shift"][f"v{v}"]["table"]
         tables.append(bench.Table(f"v{v}: C = 2^s plus one product p: the first s at which p is lost", None,

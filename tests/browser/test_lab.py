@@ -448,7 +448,7 @@ def finish_like_a_learner(work: Path, solution: Path) -> list[str]:
     work.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     calls = re.findall(r"\bcheck\.([A-Za-z_]\w*)\s*\(",
                        "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"))
-    assert calls, f"{work} calls no fp8lab.check function"
+    assert calls, f"{work} calls no fp8lab.course.check function"
     return calls
 
 

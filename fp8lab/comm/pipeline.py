@@ -1,0 +1,685 @@
+"""Pipeline-parallel schedules, simulated: 1F1B, ZB1P (ZB-H1) and DualPipe, against DeepSeek-V3's Table 2.
+
+simulate() lays a schedule out as a list of operations per device (the official DualPipe `step()`, the ZB-H1
+pattern of Qi et al., Megatron's 1F1B), times it with an event-driven pass (each operation starts when its
+device is free and its inputs are ready; communication takes no time) and returns a Timeline; time_orders() runs
+the same pass on operation orders you write. table2() gives the formulas of the DeepSeek-V3 technical report
+(arXiv 2412.19437, section 3.2.1, Table 2), compare() prints simulated against formula, plot_gantt() draws a
+timeline in the style of the report's Figure 5.
+
+Times: F = one forward chunk, B = one full backward chunk (input gradient + weight gradient), W = the weight-gradient
+part of B (so a split backward runs B - W, then W later), FB = an overlapped forward + backward pair (Table 2's F&B).
+Pure Python: times are exact rationals inside (fractions.Fraction), so the formulas come out exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from fractions import Fraction
+from typing import NamedTuple
+
+from .. import _validate as V
+
+SCHEDULES = ("1f1b", "zb1p", "dualpipe")
+KINDS = ("F", "B", "W", "FB")
+
+FORMULAS = {"1f1b": "(PP-1)(F+B)", "zb1p": "(PP-1)(F+B-2W)", "dualpipe": "(PP/2-1)(F&B+B-3W)"}
+"""Table 2's bubble column, as the report writes it (F&B is FB here)."""
+
+CONDITIONS = {
+    "1f1b": "any F, B",
+    "zb1p": "W <= F and 2W <= B",
+    "dualpipe": "F = B - W, W <= F and B <= FB <= F + B",
+}
+"""When the simulated bubble equals Table 2's formula exactly (found by simulation over PP = 2..16 and a grid of
+times; outside these, the ZB1P bubble is larger and the DualPipe one differs either way)."""
+
+
+def min_microbatches(schedule: str, stages: int) -> int:
+    """The fewest micro-batches for which `schedule` on `stages` devices matches Table 2.
+
+    1f1b, zb1p: stages (fewer never fill the pipeline: the activation peak would be below PP, and the ZB1P bubble
+    is larger). dualpipe: 2 * stages, split evenly between the two directions (the official DualPipe `step()`
+    asserts num_chunks % 2 == 0 and num_chunks >= 2 * num_ranks).
+    """
+    schedule = V.choice("schedule", schedule, SCHEDULES)
+    stages = _stages(stages, schedule)
+    return 2 * stages if schedule == "dualpipe" else stages
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One operation on one device.
+
+    kind: "F" (forward chunk), "B" (backward chunk: full, or input-gradient only when split), "W" (weight gradient of
+    a split B) or "FB" (a forward and a full backward chunk, overlapped). microbatch / direction: the chunk's
+    micro-batch and direction (0: enters at stage 0; 1: enters at the last stage, DualPipe only); for "FB", those
+    of its forward half, and b_microbatch / b_direction those of its backward half. Micro-batches are numbered
+    from 0 within each direction. split: a "B" whose W runs as its own event.
+    """
+
+    stage: int
+    kind: str
+    microbatch: int
+    direction: int
+    start: int | float
+    end: int | float
+    b_microbatch: int | None = None
+    b_direction: int | None = None
+    split: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeline:
+    """A simulated schedule.
+
+    events: per device (stage), its Events in time order. makespan: the end of the last event. busy: per device,
+    the sum of its events' durations. stage_bubbles: per device, makespan - busy (idle time). bubble: the largest
+    of them; equal on every device for 1f1b and zb1p, and for dualpipe when FB = F + B (with FB < F + B, the
+    devices near the ends run a few more un-overlapped F, B pairs, so they are busier and idle less; Table 2's
+    value is the idle time of the middle devices, which overlap the most).
+
+    peak_activations: per device, the most micro-batches' activations held at once, in units of "the activations
+    of one micro-batch on one stage (one chunk)": held from the start of its forward chunk to the end of its
+    backward (of its W, where the backward is split: W still reads the layer inputs); in an overlapped FB pair
+    the forward's are counted before the backward's are freed. A DualPipe device holds chunks of both directions
+    (its stages i and PP-1-i) and counts both. activations: the largest (Table 2's column: PP, PP, PP+1).
+    parameters: copies of the model's parameters per device (1, or 2 for DualPipe).
+    """
+
+    schedule: str
+    stages: int
+    microbatches: int
+    F: int | float
+    B: int | float
+    W: int | float
+    FB: int | float
+    events: tuple
+    makespan: int | float
+    busy: tuple
+    stage_bubbles: tuple
+    bubble: int | float
+    peak_activations: tuple
+    activations: int
+    parameters: int
+
+    def check(self) -> Timeline:
+        """Verify the timeline from its events alone; raise AssertionError naming the first problems.
+
+        Checks: events on each device in order without overlap, each lasting its kind's time; every (micro-batch,
+        direction, stage) has exactly one F and one B (as "B" or inside an "FB") on the right device, and one W
+        exactly when its B is split; every dependency (forward after the previous stage's forward, backward after
+        the next stage's backward and its own forward, W after its B); the summary fields. Returns self.
+        """
+        bad: list[str] = []
+        P, N = self.stages, self.microbatches
+        dual = self.schedule == "dualpipe"
+        ndir, per_dir = (2, N // 2) if dual else (1, N)
+        span = max(abs(float(self.makespan)), 1.0)
+
+        def close(a, b):
+            return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9 * span)
+
+        def device(k, d):  # the device that runs pipeline stage k of direction d
+            return k if d == 0 else P - 1 - k
+
+        def pstage(s, d):  # the pipeline stage that device s runs for direction d
+            return s if d == 0 else P - 1 - s
+
+        dur = {"F": self.F, "W": self.W, "FB": self.FB}
+        fwd, bwd, wgt = {}, {}, {}  # (d, m, k) -> list of (start, end); bwd values carry split
+        if len(self.events) != P:
+            bad.append(f"events has {len(self.events)} devices, expected {P}")
+        for s, evs in enumerate(self.events):
+            prev_end = 0
+            for e in evs:
+                if e.stage != s:
+                    bad.append(f"{e} listed under device {s}")
+                if e.kind not in KINDS:
+                    bad.append(f"{e}: unknown kind")
+                    continue
+                if e.start < prev_end:
+                    bad.append(f"{e} starts before the previous event on device {s} ends ({prev_end})")
+                prev_end = e.end
+                want = (self.B - self.W if e.split else self.B) if e.kind == "B" else dur[e.kind]
+                if not close(e.end - e.start, want):
+                    bad.append(f"{e} lasts {e.end - e.start}, expected {want}")
+                if e.direction not in range(ndir) or e.microbatch not in range(per_dir):
+                    bad.append(f"{e}: micro-batch or direction out of range")
+                    continue
+                key = (e.direction, e.microbatch, pstage(s, e.direction))
+                if e.kind in ("F", "FB"):
+                    fwd.setdefault(key, []).append((e.start, e.end))
+                if e.kind == "B":
+                    bwd.setdefault(key, []).append((e.start, e.end, e.split))
+                if e.kind == "W":
+                    wgt.setdefault(key, []).append((e.start, e.end))
+                if e.kind == "FB":
+                    if e.b_direction not in range(ndir) or e.b_microbatch not in range(per_dir):
+                        bad.append(f"{e}: backward micro-batch or direction out of range")
+                        continue
+                    bkey = (e.b_direction, e.b_microbatch, pstage(s, e.b_direction))
+                    bwd.setdefault(bkey, []).append((e.start, e.end, False))
+        for d in range(ndir):
+            for m in range(per_dir):
+                for k in range(P):
+                    key, where = (d, m, k), f"micro-batch {m} direction {d} stage {k} (device {device(k, d)})"
+                    f, b, w = fwd.get(key, []), bwd.get(key, []), wgt.get(key, [])
+                    if len(f) != 1 or len(b) != 1:
+                        bad.append(f"{where}: {len(f)} forward and {len(b)} backward chunks, expected one each")
+                        continue
+                    split = b[0][2]
+                    if len(w) != int(split):
+                        bad.append(f"{where}: {len(w)} W events for a {'split' if split else 'full'} backward")
+                    if k > 0 and len(fwd.get((d, m, k - 1), [])) == 1 and f[0][0] < fwd[(d, m, k - 1)][0][1]:
+                        bad.append(f"{where}: forward starts before stage {k - 1}'s forward ends")
+                    if b[0][0] < f[0][1]:
+                        bad.append(f"{where}: backward starts before its forward ends")
+                    if k < P - 1 and len(bwd.get((d, m, k + 1), [])) == 1 and b[0][0] < bwd[(d, m, k + 1)][0][1]:
+                        bad.append(f"{where}: backward starts before stage {k + 1}'s backward ends")
+                    if split and len(w) == 1 and w[0][0] < b[0][1]:
+                        bad.append(f"{where}: W starts before its backward ends")
+        extra = (set(fwd) | set(bwd) | set(wgt)) - {(d, m, k) for d in range(ndir) for m in range(per_dir)
+                                                   for k in range(P)}
+        if extra:
+            bad.append(f"events for unknown chunks {sorted(extra)[:3]}")
+
+        ends = [e.end for evs in self.events for e in evs]
+        if not ends or self.makespan != max(ends):
+            bad.append(f"makespan {self.makespan} is not the last event's end")
+        peaks = []
+        for s, evs in enumerate(self.events):
+            busy = sum(e.end - e.start for e in evs)
+            if not close(busy, self.busy[s]) or not close(self.makespan - self.busy[s], self.stage_bubbles[s]):
+                bad.append(f"device {s}: busy {self.busy[s]} / bubble {self.stage_bubbles[s]} do not add up")
+            held = peak = 0
+            for e in sorted(evs, key=lambda e: e.start):
+                held += e.kind in ("F", "FB")
+                peak = max(peak, held)
+                held -= e.kind == "FB" or e.kind == "W" or (e.kind == "B" and not e.split)
+            peaks.append(peak)
+        if self.stage_bubbles and self.bubble != max(self.stage_bubbles):
+            bad.append(f"bubble {self.bubble} is not the largest stage bubble {max(self.stage_bubbles)}")
+        if tuple(peaks) != tuple(self.peak_activations) or self.activations != max(peaks, default=0):
+            bad.append(f"peak activations {self.peak_activations} / {self.activations}, recounted {peaks}")
+        if self.parameters != (2 if dual else 1):
+            bad.append(f"parameters {self.parameters}, expected {2 if dual else 1}")
+        if bad:
+            raise AssertionError(f"{self.schedule} timeline ({P} stages, {N} micro-batches) is invalid: "
+                                 + "; ".join(bad[:5]) + (f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""))
+        return self
+
+
+# ----------------------------------------------------------------------------------------------- the schedules
+
+
+class _Op(NamedTuple):
+    kind: str                 # "F", "B", "W", "FB"
+    mb: int
+    direction: int
+    split: bool = False       # B: input gradient only, its W later
+    b_mb: int | None = None   # FB: the backward half
+    b_direction: int | None = None
+
+
+def _ops_1f1b(P: int, N: int) -> list[list[_Op]]:
+    """Megatron's 1F1B: device s runs P-1-s warm-up forwards, then forward/backward pairs, then the rest."""
+    out = []
+    for s in range(P):
+        warm = min(P - 1 - s, N)
+        ops = [_Op("F", m, 0) for m in range(warm)]
+        for i in range(N - warm):
+            ops += [_Op("F", warm + i, 0), _Op("B", i, 0)]
+        out.append(ops + [_Op("B", N - warm + i, 0) for i in range(warm)])
+    return out
+
+
+def _ops_zb1p(P: int, N: int) -> list[list[_Op]]:
+    """ZB-H1 (Qi et al. 2023, arXiv 2401.10241, Figure 3): every backward split; device s runs triples
+    (F x, B x-(P-1-s), W x-(P-1)), so B leaves at once for the previous stage and each W lags its forward by P-1:
+    the deferred W's fill the cool-down bubbles while at most P micro-batches are in flight, as in 1F1B."""
+    out = []
+    for s in range(P):
+        ops = []
+        for x in range(N + P - 1):
+            if x < N:
+                ops.append(_Op("F", x, 0))
+            if 0 <= x - (P - 1 - s) < N:
+                ops.append(_Op("B", x - (P - 1 - s), 0, split=True))
+            if 0 <= x - (P - 1) < N:
+                ops.append(_Op("W", x - (P - 1), 0))
+        out.append(ops)
+    return out
+
+
+def _ops_dualpipe(P: int, N: int) -> list[list[_Op]]:
+    """The official DualPipe `step()` (github.com/deepseek-ai/DualPipe, dualpipe/dualpipe.py), phase by phase.
+
+    Device r holds stage r of direction 0 and stage P-1-r of direction 1. As in the code, "phase 0" is the
+    direction whose first stage is on this half of the pipeline, and split backwards queue their W's first in,
+    first out (WeightGradStore).
+    """
+    half, per_dir = P // 2, N // 2
+    out = []
+    for r in range(P):
+        h = min(r, P - 1 - r)
+        flip = int(r >= half)
+        middle = h == half - 1
+        nf, nb, wq, ops = [0, 0], [0, 0], [], []
+
+        def f(phase):
+            d = phase ^ flip
+            nf[d] += 1
+            return _Op("F", nf[d] - 1, d)
+
+        def b(phase, zb=False):
+            d = phase ^ flip
+            nb[d] += 1
+            if zb:
+                wq.append((nb[d] - 1, d))
+            return _Op("B", nb[d] - 1, d, split=zb)
+
+        def w():
+            m, d = wq.pop(0)
+            return _Op("W", m, d)
+
+        def fb(phase0, phase1):
+            x, y = f(phase0), b(phase1)
+            return _Op("FB", x.mb, x.direction, b_mb=y.mb, b_direction=y.direction)
+
+        ops += [f(0) for _ in range((half - h - 1) * 2)]                    # 1: nF0
+        for _ in range(h + 1):                                               # 2: nF0F1
+            ops += [f(0), f(1)]
+        for _ in range(half - h - 1):                                        # 3: nB1W1F1 (zero bubble)
+            ops += [b(1, zb=True), w(), f(1)]
+        for i in range(per_dir - P + h + 1):                                 # 4: nF0B1F1B0 (main)
+            if i == 0 and middle:  # the code does not overlap these two, to shrink the bubble
+                ops += [f(0), b(1)]
+            else:
+                ops.append(fb(0, 1))
+            ops.append(fb(1, 0))
+        for _ in range(half - h - 1):                                        # 5: nB1F1B0
+            ops += [b(1), fb(1, 0)]
+        zb = False
+        for i in range(h + 1):                                               # 6: nB1B0, second half split
+            if i == (h + 1) // 2 and h % 2 == 1:
+                zb = True
+            ops.append(b(1, zb))
+            if i == (h + 1) // 2 and h % 2 == 0:
+                zb = True
+            ops.append(b(0, zb))
+        for _ in range(half - h - 1):                                        # 7: nWB0 (zero bubble)
+            ops += [w(), b(0, zb=True)]
+        ops += [w() for _ in range(h + 1)]                                   # 8: nW
+        assert not wq and nf == nb == [per_dir, per_dir], (r, nf, nb, wq)
+        out.append(ops)
+    return out
+
+
+_BUILD = {"1f1b": _ops_1f1b, "zb1p": _ops_zb1p, "dualpipe": _ops_dualpipe}
+
+
+# --------------------------------------------------------------------------------------------------- validation
+
+
+def _stages(stages, schedule=None) -> int:
+    if isinstance(stages, bool) or not isinstance(stages, numbers.Integral):
+        raise TypeError(f"stages must be an int >= 2, got {V.describe(stages)}")
+    if stages < 2:
+        raise ValueError(f"stages must be an int >= 2, got {stages}")
+    if schedule == "dualpipe" and stages % 2:
+        raise ValueError(f"stages must be even for dualpipe (device i holds stages i and PP-1-i), got {stages}")
+    return int(stages)
+
+
+def _times(F, B, W, FB) -> tuple[Fraction, Fraction, Fraction, Fraction, bool]:
+    """(F, B, W, FB) as exact Fractions (FB=None: F + B), and whether all were integers."""
+    given = {"F": F, "B": B, "W": W, "FB": FB}
+    for name, t in given.items():
+        if t is None and name == "FB":
+            continue
+        if isinstance(t, bool) or not isinstance(t, numbers.Real):
+            raise TypeError(f"{name} must be a real number (a time), got {V.describe(t)}")
+        if not math.isfinite(t):
+            raise ValueError(f"{name} must be finite, got {t}")
+    for name in ("F", "B") + (("FB",) if FB is not None else ()):
+        if given[name] <= 0:
+            raise ValueError(f"{name} must be > 0, got {given[name]}")
+    if W < 0 or W > B:
+        raise ValueError(f"W must lie in [0, B] = [0, {B}] (the weight-gradient part of the backward), got {W}")
+    integral = all(isinstance(t, numbers.Integral) for t in given.values() if t is not None)
+    f, b, w = Fraction(F), Fraction(B), Fraction(W)
+    return f, b, w, (f + b if FB is None else Fraction(FB)), integral
+
+
+def _number(x: Fraction, integral: bool):
+    return int(x) if integral else float(x)
+
+
+# --------------------------------------------------------------------------------------------------- simulation
+
+
+def simulate(schedule: str, stages: int, microbatches: int, F, B, W, FB=None) -> Timeline:
+    """Lay out `schedule` on `stages` devices for `microbatches` micro-batches and time it.
+
+    schedule: "1f1b", "zb1p" (ZB-H1) or "dualpipe". stages: PP, an int >= 2 (even for dualpipe). microbatches:
+    at least min_microbatches(schedule, stages) (PP, or 2 PP and even for dualpipe, half entering at each end).
+    F, B, W, FB: times (ints, floats or Fractions; F, B, FB > 0, 0 <= W <= B); FB=None means F + B (no overlap
+    gain); FB is used by dualpipe only. Times in the result are ints when all given times are ints, else floats.
+
+    Each device runs its operations in the schedule's order; an operation starts when the device is free and its
+    inputs are ready (forward after the previous stage's forward, backward after the next stage's backward and its
+    own forward, W after its backward), with no communication time. The bubble equals table2()'s formula exactly
+    under CONDITIONS[schedule]. Returns a Timeline (call .check() to verify it).
+    """
+    schedule = V.choice("schedule", schedule, SCHEDULES)
+    P = _stages(stages, schedule)
+    if isinstance(microbatches, bool) or not isinstance(microbatches, numbers.Integral):
+        raise TypeError(f"microbatches must be an int, got {V.describe(microbatches)}")
+    N, least = int(microbatches), min_microbatches(schedule, P)
+    if schedule == "dualpipe" and (N < least or N % 2):
+        raise ValueError(f"microbatches must be even and >= 2 * stages = {least} for dualpipe (half enter at each "
+                         f"end of the pipeline), got {N}")
+    if N < least:
+        raise ValueError(f"microbatches must be >= stages = {least} for {schedule} (fewer never fill the "
+                         f"pipeline), got {N}")
+    f, b, w, fb, integral = _times(F, B, W, FB)
+    try:
+        return _time(schedule, P, N, _BUILD[schedule](P, N), f, b, w, fb, integral)
+    except _Deadlock as e:  # a schedule bug, not bad input
+        raise RuntimeError(f"{schedule} schedule deadlocks: next operations {[op for _, op, _ in e.waiting][:4]}") \
+            from None
+
+
+class _Deadlock(Exception):
+    """Every device that has operations left waits for an input no device will produce."""
+
+    def __init__(self, waiting):
+        super().__init__(waiting)
+        self.waiting = waiting  # [(device, next _Op, [missing inputs (kind, direction, microbatch, stage)])]
+
+
+def _time(schedule, P, N, ops, f, b, w, fb, integral) -> Timeline:
+    """The event-driven pass: ops (per device, in order) -> a Timeline; raises _Deadlock."""
+
+    def pstage(r, d):
+        return r if d == 0 else P - 1 - r
+
+    def inputs(r, kind, m, d):
+        k = pstage(r, d)
+        if kind == "F":
+            return [("F", d, m, k - 1)] if k > 0 else []
+        if kind == "B":
+            return [("F", d, m, k)] + ([("B", d, m, k + 1)] if k < P - 1 else [])
+        return [("B", d, m, k)]
+
+    dur = {"F": f, "W": w, "FB": fb}
+    done: dict[tuple, Fraction] = {}
+    free, nxt = [Fraction(0)] * P, [0] * P
+    timed: list[list[tuple[_Op, Fraction, Fraction]]] = [[] for _ in range(P)]
+    left = sum(map(len, ops))
+    while left:
+        moved = False
+        for r in range(P):  # run every device as far as its inputs allow
+            while nxt[r] < len(ops[r]):
+                op = ops[r][nxt[r]]
+                halves = [("F", op.mb, op.direction), ("B", op.b_mb, op.b_direction)] if op.kind == "FB" \
+                    else [(op.kind, op.mb, op.direction)]
+                need = [x for kind, m, d in halves for x in inputs(r, kind, m, d)]
+                if any(x not in done for x in need):
+                    break
+                start = max([free[r]] + [done[x] for x in need])
+                end = start + (dur[op.kind] if op.kind != "B" else (b - w if op.split else b))
+                for kind, m, d in halves:
+                    done[(kind, d, m, pstage(r, d))] = end  # a split B's gradient leaves before its W
+                free[r] = end
+                timed[r].append((op, start, end))
+                nxt[r] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            waiting = []
+            for r in range(P):
+                if nxt[r] < len(ops[r]):
+                    op = ops[r][nxt[r]]
+                    halves = [("F", op.mb, op.direction), ("B", op.b_mb, op.b_direction)] if op.kind == "FB" \
+                        else [(op.kind, op.mb, op.direction)]
+                    waiting.append((r, op, [x for kind, m, d in halves for x in inputs(r, kind, m, d)
+                                            if x not in done]))
+            raise _Deadlock(waiting)
+
+    makespan = max(free)
+    busy = [sum(e - s for _, s, e in t) for t in timed]
+    peaks = []
+    for r in range(P):  # in operation order (the same as time order on a device)
+        held = peak = 0
+        for op in ops[r]:
+            held += op.kind in ("F", "FB")
+            peak = max(peak, held)
+            held -= op.kind in ("FB", "W") or (op.kind == "B" and not op.split)
+        peaks.append(peak)
+
+    def num(x):
+        return _number(x, integral)
+
+    events = tuple(tuple(Event(r, op.kind, op.mb, op.direction, num(s), num(e), op.b_mb, op.b_direction,
+                               op.split) for op, s, e in timed[r]) for r in range(P))
+    bubbles = [makespan - x for x in busy]
+    return Timeline(schedule, P, N, num(f), num(b), num(w), num(fb), events, num(makespan),
+                    tuple(map(num, busy)), tuple(map(num, bubbles)), num(max(bubbles)), tuple(peaks), max(peaks),
+                    2 if schedule == "dualpipe" else 1)
+
+
+def time_orders(orders, F, B, W=0) -> Timeline:
+    """Time your own single-direction schedule with simulate()'s event-driven pass.
+
+    orders: one list per stage (device), PP >= 2 of them, each that stage's operations in execution order as
+    (kind, microbatch) pairs: ("F", m) forward, ("B", m) backward, ("W", m) the weight gradient of m, run apart
+    (its ("B", m) then takes B - W: the input gradient only). Micro-batches are 0..N-1, N = the largest + 1; every
+    stage runs ("F", m) and ("B", m) of each exactly once, ("W", m) at most once. F, B, W: times as in simulate()
+    (W matters only where W's are listed). Returns a Timeline whose schedule is "custom" (call .check() on it).
+    Raises ValueError when the orders deadlock (every device waits for an input no device will produce: e.g. a
+    backward listed before its own forward, or before the forward that the next stage waits for).
+    """
+    if not isinstance(orders, (list, tuple)) or not all(isinstance(o, (list, tuple)) for o in orders):
+        raise TypeError(f"orders must be a list of per-stage lists of (kind, microbatch) pairs, got "
+                        f"{V.describe(orders)}")
+    if len(orders) < 2:
+        raise ValueError(f"orders must have a list for each of at least 2 stages, got {len(orders)}")
+    P, pairs = len(orders), []
+    for s, order in enumerate(orders):
+        row = []
+        for i, item in enumerate(order):
+            ok = isinstance(item, (list, tuple)) and len(item) == 2 and item[0] in ("F", "B", "W") \
+                and isinstance(item[1], numbers.Integral) and not isinstance(item[1], bool) and item[1] >= 0
+            if not ok:
+                raise ValueError(f"orders[{s}][{i}] must be a pair (kind, microbatch) with kind 'F', 'B' or 'W' "
+                                 f"and microbatch an int >= 0, got {V.describe(item)}")
+            row.append((item[0], int(item[1])))
+        pairs.append(row)
+    N = 1 + max((m for row in pairs for _, m in row), default=-1)
+    if N == 0:
+        raise ValueError("orders must list some operations, got only empty stages")
+    for s, row in enumerate(pairs):
+        for kind in ("F", "B", "W"):
+            seen = [m for k, m in row if k == kind]
+            extra = sorted({m for m in seen if seen.count(m) > 1})
+            lack = sorted(set(range(N)) - set(seen)) if kind != "W" else []
+            if extra or lack:
+                raise ValueError(f"orders[{s}] must run ('{kind}', m) {'at most' if kind == 'W' else 'exactly'} "
+                                 f"once for each micro-batch m in 0..{N - 1}, got "
+                                 + (f"('{kind}', {extra[0]}) {seen.count(extra[0])} times" if extra
+                                    else f"no ('{kind}', {lack[0]})"))
+    f, b, w, fb, integral = _times(F, B, W, None)
+    ops = [[_Op(k, m, 0, split=(k == "B" and ("W", m) in row)) for k, m in row] for row in pairs]
+    try:
+        return _time("custom", P, N, ops, f, b, w, fb, integral)
+    except _Deadlock as e:
+        what = {"F": "forward", "B": "backward"}
+        waits = "; ".join(f"stage {r} waits at ('{op.kind}', {op.mb}) for "
+                          + " and ".join(f"the {what.get(k, 'backward')} of micro-batch {m} on stage {k2}"
+                                         for k, _, m, k2 in missing)
+                          for r, op, missing in e.waiting[:4])
+        raise ValueError(f"orders deadlock: {waits}") from None
+
+
+# ------------------------------------------------------------------------------------------ Table 2 and compare
+
+
+def table2(stages: int, F, B, W, FB=None) -> dict:
+    """DeepSeek-V3's Table 2 evaluated: {schedule: {"bubble", "parameters", "activations", "formula"}}.
+
+    stages: PP (an int >= 2); F, B, W, FB as in simulate() (FB=None: F + B). bubble: 1f1b (PP-1)(F+B), zb1p
+    (PP-1)(F+B-2W), dualpipe (PP/2-1)(FB+B-3W), computed exactly and returned as in simulate(); parameters: copies
+    per device (1, 1, 2); activations: PP, PP, PP+1 (simulate()'s units). The dualpipe row is present only for
+    even stages.
+    """
+    P = _stages(stages)
+    f, b, w, fb, integral = _times(F, B, W, FB)
+    rows = {"1f1b": ((P - 1) * (f + b), 1, P), "zb1p": ((P - 1) * (f + b - 2 * w), 1, P)}
+    if P % 2 == 0:
+        rows["dualpipe"] = ((Fraction(P, 2) - 1) * (fb + b - 3 * w), 2, P + 1)
+    return {k: {"bubble": _number(v[0], integral), "parameters": v[1], "activations": v[2], "formula": FORMULAS[k]}
+            for k, v in rows.items()}
+
+
+def formula_holds(schedule: str, F, B, W, FB=None) -> bool:
+    """Whether CONDITIONS[schedule] hold for these times (to within float rounding), i.e. whether simulate()'s
+    bubble must equal table2()'s exactly."""
+    schedule = V.choice("schedule", schedule, SCHEDULES)
+    f, b, w, fb, _ = _times(F, B, W, FB)
+    tol = Fraction(max(f, b, fb)) * Fraction(1, 10**12)
+    if schedule == "1f1b":
+        return True
+    if schedule == "zb1p":
+        return w <= f + tol and 2 * w <= b + tol
+    return abs(f - (b - w)) <= tol and w <= f + tol and b <= fb + tol and fb <= f + b + tol
+
+
+def _fmt(x) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.6g}"
+
+
+def compare(stages: int = 8, microbatches: int = 20, F=1, B=2, W=1, FB=None, schedules=SCHEDULES,
+            show: bool = True) -> list[dict]:
+    """Simulate each schedule and set it beside Table 2: bubble, parameter copies, activations (peak micro-batches).
+
+    Every timeline is verified (Timeline.check) first. Returns one dict per schedule (keys: schedule, timeline,
+    simulated, table2, exact: the conditions hold, match); show=True also prints the table.
+    """
+    if isinstance(schedules, str):
+        schedules = (schedules,)
+    rows = []
+    for s in schedules:
+        tl = simulate(s, stages, microbatches, F, B, W, FB).check()
+        t2 = table2(stages, F, B, W, FB)[s]
+        sim = {"bubble": tl.bubble, "parameters": tl.parameters, "activations": tl.activations}
+        match = (sim["parameters"] == t2["parameters"] and sim["activations"] == t2["activations"]
+                 and math.isclose(sim["bubble"], t2["bubble"], rel_tol=1e-9, abs_tol=1e-9 * tl.makespan))
+        rows.append({"schedule": s, "timeline": tl, "simulated": sim, "table2": t2,
+                     "exact": formula_holds(s, F, B, W, FB), "match": match})
+    if show and rows:
+        t = rows[0]["timeline"]
+        print(f"Pipeline bubbles: {t.stages} stages, {t.microbatches} micro-batches, F={_fmt(t.F)} B={_fmt(t.B)} "
+              f"W={_fmt(t.W)} F&B={_fmt(t.FB)} (DeepSeek-V3 Table 2, arXiv 2412.19437)")
+        head = ["schedule", "bubble formula", "Table 2", "simulated", "makespan", "params", "activations",
+                "conditions", "match"]
+        body = [[r["schedule"], r["table2"]["formula"], _fmt(r["table2"]["bubble"]), _fmt(r["simulated"]["bubble"]),
+                 _fmt(r["timeline"].makespan), f"{r['simulated']['parameters']}x / {r['table2']['parameters']}x",
+                 f"{r['simulated']['activations']} / {r['table2']['activations']}",
+                 "met" if r["exact"] else "not met", "yes" if r["match"] else "NO"] for r in rows]
+        widths = [max(len(c) for c in col) for col in zip(head, *body)]
+        for line in [head, ["-" * n for n in widths], *body]:
+            print("  ".join(c.ljust(n) for c, n in zip(line, widths)).rstrip())
+        print("params, activations: simulated / Table 2. The bubble matches exactly when " +
+              "; ".join(f"{s}: {CONDITIONS[s]}" for s in schedules) + ".")
+    return rows
+
+
+# -------------------------------------------------------------------------------------------------------- plot
+
+_COLORS = {"F": "#f5a962", "B": "#8fcf8a", "W": "#7fb0e0"}  # the report's Figure 5: orange, green, blue
+
+
+def _shade(color: str, direction: int) -> str:
+    """Direction 1 in a lighter shade of the same color."""
+    if not direction:
+        return color
+    rgb = [int(color[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{int(c + (255 - c) * 0.55):02x}" for c in rgb)
+
+
+def plot_gantt(timeline, ax=None, path=None, title=None):
+    """Draw a Timeline like Figure 5 of the DeepSeek-V3 report; returns the figure.
+
+    Rows are devices (device 0 on top); boxes are F (orange), B (green; hatched when only the input gradient, its W
+    later) and W (blue), labelled with the micro-batch; DualPipe's second direction is a lighter shade; an
+    overlapped FB pair is its two halves inside one black border. timeline: a Timeline, or a list of them (one
+    panel each, ax must then be None). path: also save the figure there (PNG).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    if isinstance(timeline, (list, tuple)):
+        if ax is not None:
+            raise ValueError("ax must be None when timeline is a list (one panel per timeline)")
+        timelines = list(timeline)
+        if not timelines or not all(isinstance(t, Timeline) for t in timelines):
+            raise TypeError(f"timeline must be a Timeline or a non-empty list of them, got {V.describe(timeline)}")
+        fig, axes = plt.subplots(len(timelines), 1, squeeze=False,
+                                 figsize=(12, sum(1 + 0.32 * t.stages for t in timelines)))
+        for t, a in zip(timelines, axes[:, 0]):
+            plot_gantt(t, ax=a)
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=120)
+        return fig
+    if not isinstance(timeline, Timeline):
+        raise TypeError(f"timeline must be a Timeline or a list of them, got {V.describe(timeline)}")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(12, 1 + 0.32 * timeline.stages))
+    else:
+        fig = ax.figure
+    span = float(timeline.makespan)
+    small = 7 if span / max(float(timeline.F), 1e-300) < 120 else 5
+    tl = timeline
+    for s, evs in enumerate(tl.events):
+        y = tl.stages - 1 - s
+        for e in evs:
+            x0, x1 = float(e.start), float(e.end)
+            if e.kind == "FB":  # the forward half, then the backward half, in proportion F : B
+                cut = x0 + (x1 - x0) * float(tl.F) / float(tl.F + tl.B)
+                parts = [("F", x0, cut, e.microbatch, e.direction), ("B", cut, x1, e.b_microbatch, e.b_direction)]
+            else:
+                parts = [(e.kind, x0, x1, e.microbatch, e.direction)]
+            for kind, a, b, m, d in parts:
+                ax.add_patch(Rectangle((a, y + 0.06), b - a, 0.88, facecolor=_shade(_COLORS[kind], d),
+                                       edgecolor="white", lw=0.5, hatch="//" if e.split else None))
+                ax.text((a + b) / 2, y + 0.5, str(m), ha="center", va="center", fontsize=small,
+                        color="black" if d == 0 else "#404040")
+            if e.kind == "FB":
+                ax.add_patch(Rectangle((x0, y + 0.06), x1 - x0, 0.88, fill=False, edgecolor="black", lw=1.2))
+    ax.set_xlim(0, span)
+    ax.set_ylim(0, tl.stages)
+    ax.set_yticks([tl.stages - 0.5 - s for s in range(tl.stages)], [f"device {s}" for s in range(tl.stages)],
+                  fontsize=8)
+    ax.set_xlabel("time")
+    handles = [Patch(facecolor=_COLORS["F"], label="forward"), Patch(facecolor=_COLORS["B"], label="backward"),
+               Patch(facecolor=_COLORS["B"], hatch="//", label="backward for input"),
+               Patch(facecolor=_COLORS["W"], label="backward for weights")]
+    if tl.schedule == "dualpipe":
+        handles += [Patch(facecolor="white", edgecolor="black", label="overlapped forward & backward"),
+                    Patch(facecolor=_shade(_COLORS["F"], 1), label="second direction (lighter)")]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(title or f"{tl.schedule}: {tl.stages} devices, {tl.microbatches} micro-batches, makespan "
+                          f"{_fmt(tl.makespan)}, bubble {_fmt(tl.bubble)}", fontsize=9)
+    if path is not None:
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+__all__ = ["SCHEDULES", "FORMULAS", "CONDITIONS", "Event", "Timeline", "simulate", "time_orders", "table2",
+           "formula_holds", "min_microbatches", "compare", "plot_gantt"]

@@ -1,0 +1,108 @@
+"""Instant feedback for the worksheets and the lectures' exercises: each check tests a learner's answer against fp8lab.
+
+    from fp8lab import check
+    check.encode_e4m3(encode_e4m3)                 # ws1: float32 -> E4M3 code, by hand
+    check.decode_e4m3(decode_e4m3)                 # ws1: E4M3 code -> float
+    check.rmsnorm_forward_kernel(kernel)           # ws2: (y, g, z, rstd), one block of RMSNORM_THREADS per row
+    check.tiled_gemm_kernel(kernel)                # ws3: (a, b, c), c = a @ b.T, GEMM_TILE x GEMM_TILE blocks
+    check.tile_quantize_kernel(kernel)             # ws4: (x, codes, scale), E4M3 with one scale per 1x128 tile
+    check.mma_a_fragment(fn)                       # ws5: which A element each lane of an mma.sync holds
+    check.cvt_e4m3x2_intrinsic(intrinsic, twin)    # ws5: an inline-PTX @intrinsic and its simulator twin
+    check.one_f_one_b(fn)                          # ws6: 1F1B's operation order per stage, timed and verified
+    check.table2_bubbles(fn)                       # ws6: DeepSeek-V3 Table 2's bubbles of 1F1B and DualPipe
+    check.memory_per_device(fn)                    # ws6: stages held and activation peak per device of a Timeline
+    check.accumulate_limited(fn)                   # ws7: the FP22 tensor-core accumulator's sum, bit for bit
+    check.promoted_dot(fn)                         # ws7: limited sums promoted to FP32 every promote_every of K
+    check.promotion_errors(fn, why)                # ws7: K = 4096 errors without / with promotion, and why
+    check.scale_from_history(fn)                   # ws8: a delayed-scaling scale from an amax history, "max"
+    check.delayed_quantize_steps(fn)               # ws8: delayed scaling over a sequence, codes bit for bit
+    check.clipped_at_spike(fn)                     # ws8: elements a 16x spike clips, delayed vs current scaling
+    check.requantize_tile_to_col(fn)               # ws9: cached 1x128 tiles of x -> 128x1 tiles, bit for bit
+    check.fp8_wgrad(fn)                            # ws9: dW = dy^T x from dy and the cached FP8 x, fp8-deepseek
+    check.wgrad_errors(fn)                         # ws9: Wgrad's error with the re-tiled cache / x quantized afresh
+    check.memory_per_parameter(fn)                 # ws10: bytes a parameter keeps between steps, per recipe
+    check.which_precision(fn)                      # ws10: FP8, BF16 or FP32 for each op of fp8-deepseek's step
+    check.per_tensor_breaks_at(fn)                 # ws10: the outlier magnitude where per-tensor scaling breaks
+
+    check.lecture04.ex7(answer)                    # lecture 04, exercise 7 (every lecture: check.lectureNN.exM)
+
+Every check draws fresh random inputs, adds the edge cases that catch the usual mistakes (ties, subnormals,
+NaN, overflow, shapes that are not multiples of the block or tile), fills kernel outputs with NaN before the
+launch, and treats NaN in an output as a failure. Launch configurations live here, not in the learner's code.
+
+Outcomes:
+- pass: prints one line, "passed: <question>: <what was checked>";
+- wrong answer: raises `CheckFailed` (an AssertionError) naming the input, the expected and the given value,
+  and a hint;
+- not attempted (the answer still raises NotImplementedError): raises `NotAttempted` (an AssertionError)
+  whose message starts with "not attempted yet".
+
+When the environment variable FP8LAB_CHECK_REPORT names a file, each outcome is also appended to it as one
+JSON line: this is how `fp8lab worksheets grade` builds its score table.
+
+The lectures' checkable exercises (fp8lab.course.check.lecture00 ... lecture09, one function per exercise) take an
+answer (a number, a tuple, a list of codes or a small function) from the stub cell after each lecture's list of
+exercises. They compute the truth from the library and differ from the worksheets' checks in one way: an answer of
+None (the stub) prints "not tried yet: <where to start>" and returns, so a lecture runs top to bottom untouched. A
+right answer prints "passed: ..."; a wrong one raises CheckFailed with the hint of the mistake it matches (the message
+never states the answer); outcomes are recorded like the worksheets' ("lecture04.ex7", ...).
+"""
+
+from ._core import REPORT_ENV, CheckFailed, NotAttempted
+from .ws1 import decode_e4m3, encode_e4m3
+from .ws2 import RMSNORM_EPS, RMSNORM_THREADS, rmsnorm_forward_kernel
+from .ws3 import GEMM_TILE, tiled_gemm_kernel
+from .ws4 import AMAX_FLOOR, E4M3_MAX, QUANT_TILE, QUANT_WARPS, tile_quantize_kernel
+from .ws5 import cvt_e4m3x2_intrinsic, mma_a_fragment
+from .ws6 import memory_per_device, one_f_one_b, table2_bubbles
+from .ws7 import accumulate_limited, promoted_dot, promotion_errors
+from .ws8 import clipped_at_spike, delayed_quantize_steps, scale_from_history
+from .ws9 import fp8_wgrad, requantize_tile_to_col, wgrad_errors
+from .ws10 import memory_per_parameter, per_tensor_breaks_at, which_precision
+from . import (lecture00, lecture01, lecture02, lecture03, lecture04, lecture05, lecture06, lecture07, lecture08,
+    lecture09)
+
+__all__ = [
+    "CheckFailed",
+    "NotAttempted",
+    "REPORT_ENV",
+    "RMSNORM_THREADS",
+    "RMSNORM_EPS",
+    "GEMM_TILE",
+    "QUANT_TILE",
+    "QUANT_WARPS",
+    "E4M3_MAX",
+    "AMAX_FLOOR",
+    "encode_e4m3",
+    "decode_e4m3",
+    "rmsnorm_forward_kernel",
+    "tiled_gemm_kernel",
+    "tile_quantize_kernel",
+    "mma_a_fragment",
+    "cvt_e4m3x2_intrinsic",
+    "one_f_one_b",
+    "table2_bubbles",
+    "memory_per_device",
+    "accumulate_limited",
+    "promoted_dot",
+    "promotion_errors",
+    "scale_from_history",
+    "delayed_quantize_steps",
+    "clipped_at_spike",
+    "requantize_tile_to_col",
+    "fp8_wgrad",
+    "wgrad_errors",
+    "memory_per_parameter",
+    "which_precision",
+    "per_tensor_breaks_at",
+    "lecture00",
+    "lecture01",
+    "lecture02",
+    "lecture03",
+    "lecture04",
+    "lecture05",
+    "lecture06",
+    "lecture07",
+    "lecture08",
+    "lecture09",
+]

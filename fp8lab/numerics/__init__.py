@@ -1,0 +1,1 @@
+"""The numerical spec in NumPy."""

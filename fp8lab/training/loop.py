@@ -1,0 +1,639 @@
+"""The course's program: one Linear layer + bias + RMSNorm trained with MSE, in FP32 or with FP8 GEMMs.
+
+    x (B, K) --quantize--> FP8 GEMM with W (N, K) --> + b --> RMSNorm (gain g) --> z;  loss = mean((z - t)^2)
+    backward: dz -> RMSNorm backward -> dy -> db = colsum(dy), dW = dy^T x (FP8 GEMM), dg = colsum(dz y rstd)
+    update: Adam (or SGD) on FP32 master weights; an exponential moving average (EMA) of them on the CPU.
+
+The target comes from a fixed random "teacher" layer of the same shape plus Gaussian noise of standard
+deviation `noise`, so the loss falls toward a known floor, noise^2 (a perfect student still cannot predict
+the noise), and "FP8 is x% above FP32" means something.
+
+Recipes:
+  fp32        every GEMM in FP32.
+  fp8-tensor  Fprop (x W^T) and Wgrad (dy^T x) in E4M3 with one current (online) scale per tensor, as
+              Transformer Engine's Float8CurrentScaling; accumulation in FP32. The input gradient (Dgrad)
+              is not needed: x is data.
+
+  bf16        (task "chars"; on "teacher" too) the GEMM inputs rounded to bfloat16, FP32 accumulation.
+  fp8-deepseek  DeepSeek-V3's recipe: E4M3 with activations and gradients in 1 x 128 tiles, weights in 128 x 128
+              blocks, Wgrad from the cached FP8 input re-quantized to 128 x 1 tiles (fp8lab.training.model says more).
+
+Tasks: "teacher" (the default, above) and "chars": a character-level language model of Tiny Shakespeare
+(fp8lab.training.model: embedding, residual SwiGLU blocks, RMSNorm, output head, cross-entropy) trained with AdamW,
+validation
+loss in bits per character.
+
+Engines: "kernels" runs the Numba-CUDA kernels (GPU or simulator); "reference" runs the same arithmetic in
+NumPy float32. Both draw the same batches from `seed`, so their curves agree to within REFERENCE_RTOL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import numbers
+import time
+
+import numpy as np
+
+from .. import _validate as V
+from . import checkpoint, corpus, model as lm, engine_kernels as lm_engine
+from ..numerics import formats, spec
+from ..device import runtime
+from ..kernels import elementwise, gemm_nt, loss as loss_k, optim, rmsnorm
+from ..kernels.quantize import TensorQuantizer
+
+RECIPES = lm.RECIPES
+TASKS = ("teacher", "chars")
+ENGINES = ("kernels", "reference")
+OPTIMIZERS = ("adam", "sgd", "adamw")
+MOMENTS = ("bf16", "fp32")
+# Largest relative difference between the kernel and NumPy-reference loss at any step (measured in
+# tests/test_train.py): the two sum in different orders, and in FP8 a last-bit difference can move a value
+# across a rounding boundary of the E4M3 grid.
+REFERENCE_RTOL = {"fp32": 1e-4, "bf16": 1e-3, "fp8-tensor": 2e-2, "fp8-deepseek": 2e-2}
+# A loss this many times the first step's counts as diverged. Runs that learn stay below 1.2x (the first step's
+# loss is the initial weights'); under the simulator's defaults Adam at lr 10 peaks near 40x and recovers, while
+# lr 100 reaches 4000x and lr 1e10 1e19x (the RMSNorm gain explodes).
+DIVERGENCE_FACTOR = 1000.0
+
+
+class TrainingDiverged(FloatingPointError):
+    """The loss became NaN or Inf, or more than DIVERGENCE_FACTOR times the first step's.
+
+    `history` holds the run up to the step before (its losses, the arguments)."""
+
+    def __init__(self, message: str, history=None):
+        super().__init__(message)
+        self.history = history
+
+
+@dataclasses.dataclass
+class History:
+    recipe: str
+    engine: str
+    backend: str
+    batch: int
+    d_in: int
+    d_out: int
+    steps: int
+    seed: int
+    lr: float
+    optimizer: str
+    noise: float
+    loss: list = dataclasses.field(default_factory=list)  # per-step training loss (floats)
+    eval_loss: float = float("nan")  # final weights, held-out data (teacher: FP32 forward; chars: the recipe's)
+    ema_loss: float = float("nan")  # EMA weights, same data
+    seconds: float = 0.0
+    task: str = "teacher"
+    model: dict = dataclasses.field(default_factory=dict)  # chars: the model's Config and the moments' format
+    val_loss: list = dataclasses.field(default_factory=list)  # chars: [step, validation loss in nats] pairs
+    step_seconds: list = dataclasses.field(default_factory=list)  # chars: wall time of each training step
+    # chars, kernels on a GPU: GPU milliseconds per step by op (after PROFILE_SKIP steps), largest first, else None
+    breakdown: dict | None = None
+
+    @property
+    def floor(self) -> float:
+        """The loss a perfect student reaches: the variance of the target noise (teacher task; NaN for chars)."""
+        return self.noise**2 if self.task == "teacher" else float("nan")
+
+    @property
+    def eval_bpc(self) -> float:
+        """chars: the final validation loss in bits per character."""
+        return corpus.bits_per_char(self.eval_loss)
+
+    @property
+    def step_ms(self) -> float:
+        """Median wall time of a training step in milliseconds (the first steps compile kernels; the median skips
+        them), or the mean when steps were not timed one by one."""
+        if self.step_seconds:
+            return 1e3 * float(np.median(self.step_seconds))
+        return 1e3 * self.seconds / max(1, len(self.loss))
+
+    @property
+    def final_loss(self) -> float:
+        """Mean training loss over the last 10% of steps (one step's loss is noisy)."""
+        k = max(1, len(self.loss) // 10)
+        return float(np.mean(self.loss[-k:]))
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(floor=self.floor, final_loss=self.final_loss)
+        return d
+
+    def save_json(self, path) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+
+class Data:
+    """The task: fresh Gaussian inputs each step, targets from a fixed random teacher plus noise."""
+
+    def __init__(self, batch: int, d_in: int, d_out: int, noise: float, seed: int):
+        self.batch, self.d_in, self.d_out, self.noise = batch, d_in, d_out, noise
+        rng = np.random.default_rng([seed, 1])
+        self.teacher_w = (rng.standard_normal((d_out, d_in)) / np.sqrt(d_in)).astype(np.float32)
+        self.teacher_b = (0.1 * rng.standard_normal(d_out)).astype(np.float32)
+        self.teacher_g = rng.uniform(0.5, 1.5, d_out).astype(np.float32)
+        self.student_w = (rng.standard_normal((d_out, d_in)) / np.sqrt(d_in)).astype(np.float32)
+        self.stream = np.random.default_rng([seed, 2])
+        self.eval_x, self.eval_t = self._draw(np.random.default_rng([seed, 3]), 8 * batch)
+
+    def _draw(self, rng, n):
+        x = rng.standard_normal((n, self.d_in), dtype=np.float32)
+        z = forward_fp32(x, self.teacher_w, self.teacher_b, self.teacher_g)
+        t = z + np.float32(self.noise) * rng.standard_normal(z.shape, dtype=np.float32)
+        return x, t.astype(np.float32)
+
+    def next(self):
+        return self._draw(self.stream, self.batch)
+
+
+def forward_fp32(x, w, b, g):
+    """NumPy FP32 forward: RMSNorm(x W^T + b) * g."""
+    y = x @ w.T + b
+    rstd = np.float32(1) / np.sqrt((y * y).mean(axis=1, keepdims=True) + rmsnorm.EPS)
+    return (y * rstd * g).astype(np.float32)
+
+
+def _mse(z, t) -> float:
+    d = np.asarray(z, np.float64) - t
+    return float((d * d).mean())
+
+
+def _split(flat, N, K):
+    """Views (W (N, K), b (N,), g (N,)) of one flat parameter (or gradient) buffer, host or device."""
+    return flat[: N * K].reshape((N, K)), flat[N * K : N * K + N], flat[N * K + N :]
+
+
+class _KernelStep:
+    """One training step as kernel launches on buffers allocated once."""
+
+    def __init__(self, recipe, data: Data, lr, optimizer):
+        B, K, N = data.batch, data.d_in, data.d_out
+        cuda = runtime.cuda
+        self.fp8 = recipe == "fp8-tensor"
+        self.N, self.K = N, K
+        init = np.concatenate([data.student_w.ravel(), np.zeros(N, np.float32), np.ones(N, np.float32)])
+        self.params = cuda.to_device(init)
+        self.grads = cuda.device_array(init.size, np.float32)
+        self.w, self.b, self.g = self._views(self.params)
+        self.dw, self.db, self.dg = self._views(self.grads)
+        self.x = cuda.device_array((B, K), np.float32)
+        self.t = cuda.device_array((B, N), np.float32)
+        self.y = cuda.device_array((B, N), np.float32)
+        self.z = cuda.device_array((B, N), np.float32)
+        self.rstd = cuda.device_array(B, np.float32)
+        self.dy = cuda.device_array((B, N), np.float32)
+        self.gy = cuda.device_array((B, N), np.float32)
+        self.loss = loss_k.MSELoss((B, N))
+        # bf16 and fp8-deepseek run the capstone's Linear (fp8lab.training.engine_kernels); x is data, so no Dgrad
+        self.lin = lm_engine.DeviceLinear(recipe, B, N, K) if recipe in ("bf16", "fp8-deepseek") else None
+        if self.lin is None and self.fp8:
+            self.qx = TensorQuantizer((B, K), transpose=True)  # codes for Fprop and, transposed, Wgrad
+            self.qw = TensorQuantizer((N, K))
+            self.qdy = TensorQuantizer((B, N), transpose=True)
+        elif self.lin is None:
+            self.xt = cuda.device_array((K, B), np.float32)
+            self.dyt = cuda.device_array((N, B), np.float32)
+        self.opt = optim.Adam(init.size, lr=lr) if optimizer == "adam" else optim.SGD(init.size, lr=lr)
+
+    def _views(self, flat):
+        return _split(flat, self.N, self.K)
+
+    def __call__(self, x, t) -> float:
+        self.x.copy_to_device(x)
+        self.t.copy_to_device(t)
+        if self.lin is not None:
+            self.lin.forward(self.x, self.w, self.y)
+        elif self.fp8:
+            qx, qw = self.qx(self.x), self.qw(self.w)
+            gemm_nt.launch(qx.codes, qx.scale, qw.codes, qw.scale, self.y)  # Fprop
+        else:
+            gemm_nt.launch(self.x, None, self.w, None, self.y)
+        elementwise.bias_add(self.y, self.b)
+        rmsnorm.forward(self.y, self.g, self.z, self.rstd)
+        self.loss(self.z, self.t)
+        rmsnorm.backward(self.loss.dz, self.y, self.g, self.rstd, self.dy, self.gy)
+        elementwise.colsum(self.dy, self.db)
+        elementwise.colsum(self.gy, self.dg)
+        if self.lin is not None:
+            self.lin.backward(self.dy, None, self.dw)  # Wgrad only
+        elif self.fp8:
+            qdy = self.qdy(self.dy)
+            gemm_nt.launch(qdy.codes_t, qdy.scale, self.qx.codes_t, self.qx.scale, self.dw)  # Wgrad
+        else:
+            elementwise.transpose(self.dy, self.dyt)
+            elementwise.transpose(self.x, self.xt)
+            gemm_nt.launch(self.dyt, None, self.xt, None, self.dw)
+        self.opt.step(self.params, self.grads)
+        return float(self.loss.loss.copy_to_host()[0])
+
+    def weights(self):
+        p = self.params.copy_to_host()
+        return self._views(p)
+
+
+class _ReferenceStep:
+    """The same step in NumPy float32: the spec the kernels are checked against."""
+
+    def __init__(self, recipe, data: Data, lr, optimizer):
+        N, K = data.d_out, data.d_in
+        self.fp8 = recipe == "fp8-tensor"
+        self.lin = lm.Linear(recipe) if recipe in ("bf16", "fp8-deepseek") else None
+        self.N, self.K = N, K
+        self.params = np.concatenate([data.student_w.ravel(), np.zeros(N, np.float32), np.ones(N, np.float32)])
+        self.m = np.zeros_like(self.params)
+        self.v = np.zeros_like(self.params)
+        self.t = 0
+        self.lr, self.optimizer = lr, optimizer
+
+    def _views(self, flat):
+        return _split(flat, self.N, self.K)
+
+    def __call__(self, x, t) -> float:
+        f32 = np.float32
+        w, b, g = self._views(self.params)
+        if self.lin is not None:
+            y = self.lin.forward(x, w)
+        elif self.fp8:
+            qx, sx, _ = spec.quantize_tensor(x)
+            qw, sw, _ = spec.quantize_tensor(w)
+            y = (formats.decode(qx) @ formats.decode(qw).T) * sx * sw
+        else:
+            y = x @ w.T
+        y = (y + b).astype(f32)
+        rstd = (f32(1) / np.sqrt((y * y).mean(axis=1) + rmsnorm.EPS)).astype(f32)
+        z = y * rstd[:, None] * g
+        d = z - t
+        loss = float((d.astype(np.float64) ** 2).mean())
+        dz = (f32(2) * d * f32(1.0 / d.size)).astype(f32)
+        dot = (dz * g * y).sum(axis=1)
+        dy = (rstd[:, None] * g * dz - (rstd**3 * dot / f32(y.shape[1]))[:, None] * y).astype(f32)
+        db = dy.sum(axis=0)
+        dg = (dz * y * rstd[:, None]).sum(axis=0)
+        if self.lin is not None:
+            dw = self.lin.backward(dy)[1]
+        elif self.fp8:
+            qdy, sdy, _ = spec.quantize_tensor(dy)
+            dw = (formats.decode(qdy).T @ formats.decode(qx)) * sdy * sx
+        else:
+            dw = dy.T @ x
+        grads = np.concatenate([dw.ravel(), db, dg]).astype(f32)
+        self.t += 1
+        if self.optimizer == "adam":
+            optim.reference_adam(self.params, grads, self.m, self.v, self.t, lr=self.lr)
+        else:
+            self.params -= f32(self.lr) * grads
+        return loss
+
+    def weights(self):
+        return self._views(self.params.copy())
+
+
+def train(
+    recipe: str = "fp8-tensor",
+    steps: int | None = None,
+    seed: int = 0,
+    *,
+    task: str = "teacher",
+    batch: int | None = None,
+    d_in: int | None = None,
+    d_out: int | None = None,
+    lr: float | None = None,
+    optimizer: str | None = None,
+    noise: float = 0.5,
+    ema_decay: float | None = None,
+    engine: str = "kernels",
+    progress: bool = True,
+    context: int | None = None,
+    embed: int | None = None,
+    hidden: int | None = None,
+    blocks: int | None = None,
+    moments: str | None = None,
+    eval_every: int | None = None,
+    save=None,
+    resume=None,
+    outliers: float | None = None,
+    eval_batches: int | None = None,
+) -> History:
+    """Train on `task` with `recipe` and return its History (per-step losses in `history.loss`).
+
+    task="teacher" (default): the Linear + bias + RMSNorm layer fitted to a teacher (d_in, d_out, noise; optimizer
+    "adam" or "sgd"). task="chars": the character-level language model of fp8lab.training.model on Tiny Shakespeare
+    (context,
+    embed, hidden, blocks; AdamW; `moments` "bf16" or "fp32", default "bf16" in fp8-deepseek and "fp32" otherwise;
+    validation loss every `eval_every` steps in history.val_loss and at the end in history.eval_loss, nats;
+    save=DIR writes a checkpoint there at every validation, resume=DIR continues the run saved there to `steps`,
+    with the same losses as an uninterrupted run; see fp8lab.training.checkpoint; `outliers` a power of two s: W1's
+    input
+    gets OUTLIER_CHANNELS channels s times larger and W1 those columns s times smaller, the same product, a
+    controlled test of the FP8 scales, see fp8lab.training.model; `eval_batches` batches of validation windows, the same
+    windows in every run).
+    Options of the other task raise a ValueError naming them.
+
+    Sizes, steps, lr and ema_decay default to the backend's (runtime.sizes("train")): on a GPU the original
+    program's batch 64, input 512, output 256, lr 1e-3 (600 steps); under the simulator batch 8, 32 -> 16,
+    lr 5e-2, 20 steps, so a run takes about half a minute. Raises TrainingDiverged naming the
+    step if the loss becomes NaN or Inf or exceeds DIVERGENCE_FACTOR (1000) times the first step's loss.
+
+    seed: an int >= 0. lr, noise: positive finite numbers; ema_decay: a real number in [0, 1) (Python or NumPy
+    numbers alike); progress: a bool.
+    """
+    V.choice("recipe", recipe, RECIPES)
+    V.choice("task", task, TASKS)
+    V.choice("engine", engine, ENGINES)
+    other = {"teacher": (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks),
+                         ("moments", moments), ("eval_every", eval_every), ("save", save), ("resume", resume),
+                         ("outliers", outliers), ("eval_batches", eval_batches)),
+             "chars": (("d_in", d_in), ("d_out", d_out), ("noise", None if noise == 0.5 else noise))}[task]
+    given = [n for n, v in other if v is not None]
+    if given:
+        owner = "chars" if task == "teacher" else "teacher"
+        raise ValueError(f"{', '.join(given)}: only for task={owner!r}, got task={task!r}")
+    defaults = runtime.sizes("train" if task == "teacher" else "chars")
+    steps = V.positive_int("steps", defaults["steps"] if steps is None else steps)
+    batch = V.positive_int("batch", defaults["batch"] if batch is None else batch)
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be a non-negative int, got {V.describe(seed)}")
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed}")
+    seed = int(seed)  # History stores it: a NumPy integer would not serialize to JSON
+    lr = V.positive_float("lr", defaults["lr"] if lr is None else lr)
+    ema_decay = defaults["ema_decay"] if ema_decay is None else ema_decay
+    if isinstance(ema_decay, (bool, np.bool_)) or not isinstance(ema_decay, numbers.Real):
+        raise TypeError(f"ema_decay must be a number in [0, 1), got {V.describe(ema_decay)}")
+    if not 0 <= ema_decay < 1:  # NaN fails too
+        raise ValueError(f"ema_decay must be a number in [0, 1), got {ema_decay!r}")
+    ema_decay = float(ema_decay)
+    progress = V.boolean("progress", progress)
+    optimizer = ("adam" if task == "teacher" else "adamw") if optimizer is None else optimizer
+    V.choice("optimizer", optimizer, OPTIMIZERS)
+    if (optimizer == "adamw") != (task == "chars"):
+        raise ValueError(f"optimizer must be {'adamw' if task == 'chars' else 'adam or sgd'} for task={task!r}, got "
+                         f"{optimizer!r}")
+    if task == "chars":
+        cfg = lm.Config(corpus.load().vocab_size,
+                        *(V.positive_int(n, defaults[n] if v is None else v) for n, v in
+                          (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks))),
+                        outliers=1.0 if outliers is None else outliers)
+        moments = ("bf16" if recipe == "fp8-deepseek" else "fp32") if moments is None else moments
+        V.choice("moments", moments, MOMENTS)
+        eval_every = V.positive_int("eval_every", defaults["eval_every"] if eval_every is None else eval_every)
+        if save is not None:
+            save = checkpoint.check_save_dir("save", save, same_as=resume)
+        if resume is not None:
+            resume = checkpoint.check_resume_dir("resume", resume)
+        eval_batches = V.positive_int("eval_batches", defaults["eval_batches"] if eval_batches is None else
+                                      eval_batches)
+        return _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
+                            eval_batches, save, resume)
+    d_in = V.positive_int("d_in", defaults["d_in"] if d_in is None else d_in)
+    d_out = V.positive_int("d_out", defaults["d_out"] if d_out is None else d_out)
+    noise = V.positive_float("noise", noise)
+
+    if engine == "kernels":  # warns once if the simulator would take minutes
+        runtime.sim_check("fl.train", (batch, d_in, d_out), steps=steps)
+    data = Data(batch, d_in, d_out, noise, seed)
+    step_cls = _KernelStep if engine == "kernels" else _ReferenceStep
+    step = step_cls(recipe, data, lr, optimizer)
+    hist = History(recipe, engine, runtime.backend, batch, d_in, d_out, steps, seed, lr, optimizer, noise)
+    ema = [a.copy() for a in step.weights()]
+
+    if progress:
+        from tqdm.auto import tqdm  # a widget in Jupyter, text in a terminal
+    else:
+        from tqdm import tqdm
+
+    bar = tqdm(range(1, steps + 1), desc=f"{recipe} ({engine}, {runtime.backend})", disable=not progress,
+               unit="step", leave=True)
+    start = time.perf_counter()
+    for i in bar:
+        x, t = data.next()
+        with V.no_float_warnings():  # overflow on the way to a diverging loss is reported below, once
+            value = step(x, t)
+        if not np.isfinite(value):
+            bar.close()
+            raise TrainingDiverged(
+                f"loss became {value} at step {i} of {steps} (recipe={recipe!r}, lr={lr}): "
+                "lower the learning rate, or check the inputs for NaN/Inf", hist)
+        if hist.loss and value > DIVERGENCE_FACTOR * hist.loss[0]:
+            bar.close()
+            raise TrainingDiverged(
+                f"loss became {value:.3g} at step {i} of {steps}, more than {DIVERGENCE_FACTOR:g} times the first "
+                f"step's {hist.loss[0]:.3g} (recipe={recipe!r}, optimizer={optimizer!r}, lr={lr}): lower the "
+                "learning rate", hist)
+        hist.loss.append(value)
+        for e, w in zip(ema, step.weights()):  # EMA on the CPU, as the original program kept it
+            e *= np.float32(ema_decay)
+            e += np.float32(1 - ema_decay) * w
+        if i % max(1, steps // 50) == 0 or i == steps:
+            bar.set_postfix(loss=f"{value:.4f}")
+    hist.seconds = time.perf_counter() - start
+    hist.eval_loss = _mse(forward_fp32(data.eval_x, *step.weights()), data.eval_t)
+    hist.ema_loss = _mse(forward_fp32(data.eval_x, *ema), data.eval_t)
+    return hist
+
+
+def _first_nonfinite(named) -> str | None:
+    """The name of the first array in `named` ({name: NumPy array}) holding NaN or Inf, else None."""
+    return next((k for k, a in named.items() if not np.isfinite(a).all()), None)
+
+
+class CpuEma:
+    """An exponential moving average of flat float32 weights kept in CPU memory and updated by a worker thread, as
+    DeepSeek-V3 keeps its EMA (arXiv 2412.19437, section 3.3: "stored in CPU memory and updated asynchronously
+    after each training step"). `push(copy)` has `copy(buffer)` write the weights into one of two host buffers and
+    returns while the worker adds that snapshot (in push order), so the next step's kernels run meanwhile;
+    `value()` waits for the worker and returns the average. NumPy releases the GIL during array arithmetic."""
+
+    def __init__(self, initial: np.ndarray, decay: float, buffers=None):
+        import queue
+        import threading
+
+        self.ema = np.array(initial, np.float32)
+        self.decay, self.rest = np.float32(decay), np.float32(1 - decay)  # as the reference engine rounds them
+        self.buffers = buffers or [np.empty_like(self.ema), np.empty_like(self.ema)]
+        self.free = [threading.Event(), threading.Event()]
+        for e in self.free:
+            e.set()
+        self.turn = 0
+        self.todo = queue.Queue()
+        threading.Thread(target=self._work, daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            k = self.todo.get()
+            self.ema *= self.decay
+            self.ema += self.rest * self.buffers[k]
+            self.free[k].set()
+            self.todo.task_done()
+
+    def push(self, copy) -> None:
+        k = self.turn
+        self.free[k].wait()  # the worker is done with this buffer's previous snapshot
+        self.free[k].clear()
+        copy(self.buffers[k])
+        self.todo.put(k)
+        self.turn = 1 - k
+
+    def value(self) -> np.ndarray:
+        self.todo.join()
+        return self.ema
+
+
+PROFILE_SKIP = 2
+"""task="chars" on the kernels: the steps after these are profiled by op (History.breakdown)."""
+
+
+def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
+                 eval_batches, save=None, resume=None) -> History:
+    """task="chars" (see train): AdamW on fp8lab.training.model's model, validation loss on fixed windows; a checkpoint
+    in
+    `save` at every validation (fp8lab.training.checkpoint), or the run continued from the one in `resume`."""
+    c = corpus.load()
+    params = lm.init_params(cfg, seed)
+    if engine == "kernels":
+        runtime.sim_check("fl.train", (batch, cfg.width, 2 * cfg.hidden), steps=steps)
+        model = lm_engine.KernelModel(cfg, recipe, batch, params)
+        P = model.params
+        opt = optim.AdamW(P.size, lr=lr, decay=P.mask(lm.DECAYED), moments=moments)
+
+        def step(ids, tgt):
+            return model.loss(ids, tgt), lambda: P.host(P.grad)
+
+        def update():
+            model.prof.mark("AdamW")
+            opt.step(P.flat, P.grad)
+
+        def weights():
+            return P.host()
+
+        pinned = [runtime.cuda.pinned_array(P.size, np.float32) for _ in range(2)]
+        ema = CpuEma(P.flat.copy_to_host(), ema_decay, pinned)
+
+        def push_ema():
+            model.prof.mark("EMA copy to host")
+            ema.push(P.flat.copy_to_host)
+            model.prof.stop()
+
+        def evaluate():
+            return np.mean([model.loss(i, t, grads=False) for i, t in val])
+
+        def evaluate_ema():  # the EMA weights in the model's own buffers for a moment (no second model)
+            current = P.flat.copy_to_host()
+            P.flat.copy_to_device(ema.value())
+            try:
+                return evaluate()
+            finally:
+                P.flat.copy_to_device(current)
+
+        def get_state():
+            return {"params": P.flat.copy_to_host(), "m": opt.m.copy_to_host(), "v": opt.v.copy_to_host(),
+                    "ema": ema.value().copy(), "t": np.int64(opt.t)}
+
+        def set_state(st):
+            P.flat.copy_to_device(st["params"])
+            opt.m.copy_to_device(st["m"])
+            opt.v.copy_to_device(st["v"])
+            opt.t = int(st["t"])
+            ema.value()[...] = st["ema"]
+    else:
+        model = lm.Model(cfg, recipe)
+        opt = lm.AdamW(params, lr, moments=moments)
+        grads = {}
+
+        def step(ids, tgt):
+            loss, g = model.loss(params, ids, tgt)
+            grads.update(g)
+            return loss, lambda: grads
+
+        def update():
+            opt.step(params, grads)
+
+        def weights():
+            return {k: v.copy() for k, v in params.items()}
+
+        ema = {k: v.copy() for k, v in params.items()}
+
+        def push_ema():  # the reference engine: the same average, synchronously
+            for k, w in params.items():
+                ema[k] *= np.float32(ema_decay)
+                ema[k] += np.float32(1 - ema_decay) * w
+
+        def evaluate(p=params):
+            return np.mean([model.loss(p, i, t, False) for i, t in val])
+
+        def evaluate_ema():
+            return evaluate(ema)
+
+        def get_state():
+            st = {"t": np.int64(opt.t)}
+            for group, d in (("params", params), ("m", opt.m), ("v", opt.v), ("ema", ema)):
+                st.update({f"{group}/{k}": a for k, a in d.items()})
+            return st
+
+        def set_state(st):
+            for group, d in (("params", params), ("m", opt.m), ("v", opt.v), ("ema", ema)):
+                for k in d:
+                    d[k][...] = st[f"{group}/{k}"]
+            opt.t = int(st["t"])
+
+    ids_all, tgt_all = c.eval_windows("val", eval_batches * batch, cfg.context)
+    val = [(ids_all[k * batch:(k + 1) * batch], tgt_all[k * batch:(k + 1) * batch]) for k in range(eval_batches)]
+    stream = np.random.default_rng([seed, 2])
+    hist = History(recipe, engine, runtime.backend, batch, 0, 0, steps, seed, lr, "adamw", 0.0,
+                   task="chars", model=dict(dataclasses.asdict(cfg), moments=moments))
+
+    run = dict(recipe=recipe, engine=engine, model=hist.model, batch=batch, seed=seed, lr=lr, ema_decay=ema_decay,
+               eval_every=eval_every, eval_batches=eval_batches)
+    first = 1
+    if resume is not None:
+        st, meta = checkpoint.load(resume, run)
+        set_state(st)
+        stream.bit_generator.state = meta["rng"]
+        hist.loss, hist.val_loss, hist.step_seconds = meta["loss"], meta["val_loss"], meta["step_seconds"]
+        first = meta["step"] + 1
+        if first > steps:
+            raise ValueError(f"steps must be more than the {meta['step']} steps the checkpoint in resume={resume!r} "
+                             f"has done, got {steps}")
+
+    def save_now(i):
+        meta = dict(run, step=i, rng=stream.bit_generator.state, loss=hist.loss, val_loss=hist.val_loss,
+                    step_seconds=hist.step_seconds)
+        checkpoint.save(save, get_state(), meta)
+
+    from tqdm.auto import tqdm  # a widget in Jupyter, text in a terminal
+
+    bar = tqdm(range(first, steps + 1), desc=f"{recipe} (chars, {engine}, {runtime.backend})", disable=not progress,
+               unit="step", leave=True, initial=first - 1, total=steps)
+    start = time.perf_counter()
+    for i in bar:
+        t0 = time.perf_counter()
+        ids, tgt = c.batch(stream, "train", batch, cfg.context)
+        if engine == "kernels" and i - first >= PROFILE_SKIP:  # steady state: the first steps compile kernels
+            model.prof.start()
+        with V.no_float_warnings():
+            value, grads_of = step(ids, tgt)
+        if not np.isfinite(value) or (hist.loss and value > DIVERGENCE_FACTOR * hist.loss[0]):
+            bar.close()
+            bad_w, bad_g = _first_nonfinite(weights()), _first_nonfinite(grads_of())
+            where = (f"; parameter {bad_w!r} is not finite" if bad_w else
+                     f"; the first non-finite gradient is {bad_g!r}" if bad_g else "")
+            raise TrainingDiverged(f"loss became {value:.4g} at step {i} of {steps} (recipe={recipe!r}, task='chars', "
+                                   f"lr={lr}){where}: lower the learning rate", hist)
+        update()
+        hist.loss.append(value)
+        push_ema()
+        hist.step_seconds.append(time.perf_counter() - t0)  # the loss was read back: the step's kernels are done
+        if i % eval_every == 0 or i == steps:
+            hist.val_loss.append([i, float(evaluate())])
+            bar.set_postfix(loss=f"{value:.3f}", val_bpc=f"{corpus.bits_per_char(hist.val_loss[-1][1]):.3f}")
+            if save is not None:
+                save_now(i)
+    hist.seconds = time.perf_counter() - start
+    if engine == "kernels":
+        hist.breakdown = model.prof.ms_per_step()
+    hist.eval_loss = hist.val_loss[-1][1]
+    hist.ema_loss = float(evaluate_ema())
+    return hist
