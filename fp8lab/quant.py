@@ -22,6 +22,15 @@ from .numerics.spec import GRANULARITIES, MX_RULES, QuantizedTensor
 
 __all__ = ["quantize", "dequantize", "requantize_tile_to_col", "QuantizedTensor"]
 
+# Seconds a call takes under the simulator (runtime.SimCost, fitted as docs/notes/simulator.md says), by granularity
+SIM_COST = {
+    "fl.quantize": {"tensor": runtime.SimCost(0.5, 6.9e-5), "row": runtime.SimCost(0.2, 4.4e-5),
+                    "tile": runtime.SimCost(0.2, 5.9e-5), "block": runtime.SimCost(0, 5.1e-5),
+                    "mx": runtime.SimCost(0.1, 9.9e-5)},
+    "fl.dequantize": {"tensor": runtime.SimCost(0, 4.7e-5), "fine": runtime.SimCost(0, 5.5e-5)},
+    "fl.requantize_tile_to_col": runtime.SimCost(0, 2.2e-4),
+}
+
 
 def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_scale: bool = False,
              mx_rule: str = "floor") -> QuantizedTensor:
@@ -69,7 +78,7 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
                          f"{V.describe(arr)}")
     if not on_device:
         arr = V.float32_host("x", arr)
-    runtime.sim_check("fl.quantize", arr.shape, granularity)  # warns once if the simulator would take minutes
+    runtime.sim_check("fl.quantize", arr.shape, SIM_COST["fl.quantize"][granularity])  # warns if it takes minutes
     if granularity == "tensor":
         if pow2_scale:
             raise ValueError("pow2_scale=True needs a fine granularity ('row', 'tile', 'block', 'mx'), "
@@ -135,7 +144,8 @@ def dequantize(q: QuantizedTensor):
     codes = V.array("q.data", q.data, dtype=np.uint8)
     if codes.ndim == 0:
         raise ValueError(f"q.data must have at least one dimension, got {V.describe(codes)}")
-    runtime.sim_check("fl.dequantize", codes.shape, "tensor" if granularity == "tensor" else "fine")
+    runtime.sim_check("fl.dequantize", codes.shape,
+                      SIM_COST["fl.dequantize"]["tensor" if granularity == "tensor" else "fine"])
     out = runtime.cuda.device_array(codes.shape, np.float32)
     if granularity == "tensor":
         scale = V.array("q.scale", q.scale, dtype=np.float32, shape=(1,))
@@ -169,7 +179,7 @@ def requantize_tile_to_col(q: QuantizedTensor, pow2_scale: bool = False) -> Quan
     codes = V.array("q.data", q.data, dtype=np.uint8, ndim=2)
     scale = V.array("q.scale", q.scale, dtype=np.float32, shape=spec.scale_shape("tile", codes.shape, block))
     M, K = codes.shape
-    runtime.sim_check("fl.requantize_tile_to_col", (M, K))  # warns once if the simulator would take minutes
+    runtime.sim_check("fl.requantize_tile_to_col", (M, K), SIM_COST["fl.requantize_tile_to_col"])  # warns if slow
     codes_t = runtime.cuda.device_array((K, M), np.uint8)
     scale_t = runtime.cuda.device_array(spec.scale_shape("tile", (K, M), block), np.float32)
     qf.requantize_tile_to_col(runtime.to_device(codes), runtime.to_device(scale), codes_t, scale_t, fmt=fmt,

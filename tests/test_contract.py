@@ -14,7 +14,7 @@ import pytest
 import fp8lab
 from fp8lab import bench
 from fp8lab.device import runtime
-from fp8lab.kernels import MODULES, load
+from fp8lab.kernels import MODULES, load, versions
 
 PKG = pathlib.Path(fp8lab.__file__).parent
 
@@ -177,13 +177,9 @@ def test_registry_lists_every_kernel_module():
 @pytest.mark.parametrize("name", MODULES)
 def test_module_honours_the_contract(name):
     mod = load(name)
-    versions = mod.VERSIONS
-    assert isinstance(versions, dict) and list(versions) == list(range(1, len(versions) + 1)), \
-        "VERSIONS: keys 1..n in order"
-    for v, desc in versions.items():
-        assert isinstance(desc, str) and desc and "\n" not in desc, f"VERSIONS[{v}] must be a one-line str"
+    versions.check_table(mod.VERSIONS, mod.BEST)  # keys 1..n, each a Version row, BEST among them
+    for v in mod.VERSIONS:
         assert f"version {v}:" in mod.__doc__, f"the module docstring must list 'version {v}: ...'"
-    assert mod.BEST in versions
     assert callable(mod.reference)
     params = inspect.signature(mod.checks).parameters
     assert list(params) in (["rng"], ["rng", "only"]), "checks(rng) or, to check some versions, checks(rng, only=None)"

@@ -129,7 +129,7 @@ def test_float4_matches_scalar_path(rng, version):
     vec, scalar = poisoned((1000, 1028), np.float32), poisoned((1000, 1028), np.float32)
     G.launch(da, db, vec, version)
     grid, block = G.grid(version, 1000, 1028)
-    G.KERNELS[version][grid, block](da, db, scalar, 0, 0)
+    G.VERSIONS[version].kernel[grid, block](da, db, scalar, 0, 0)
     assert np.array_equal(vec.copy_to_host(), scalar.copy_to_host())
     assert_within_bound(vec.copy_to_host(), a, b)
 
@@ -137,7 +137,7 @@ def test_float4_matches_scalar_path(rng, version):
 @pytest.mark.gpu
 def test_registers_and_occupancy_on_gpu(rng):
     assert not runtime.IS_SIM
-    for v, k in G.KERNELS.items():
+    for v, k in ((v, row.kernel) for v, row in G.VERSIONS.items()):
         run(v, 33, 35, 17, rng)  # compiles the kernel for C-contiguous float32 operands if not yet done
         regs = k.get_regs_per_thread()  # an int, or {signature: int} when several were compiled
         regs = max(regs.values()) if isinstance(regs, dict) else regs

@@ -213,10 +213,15 @@ def test_the_hold_orders_pytorch_work_on_the_null_stream():
 
 
 def test_sizes_per_backend():
-    t = runtime.sizes("train")
-    assert {"batch", "d_in", "d_out", "steps"} <= set(t)
-    with pytest.raises(ValueError, match="name must be one of"):
-        runtime.sizes("nope")
+    from fp8lab.training import loop
+
+    assert runtime.per_backend({"sim": 1, "gpu": 2}) == (1 if runtime.IS_SIM else 2)
+    t = loop.sizes("teacher")
+    assert {"batch", "d_in", "d_out", "steps"} <= set(t) and t == loop.SIZES["teacher"][runtime.backend]
+    t["batch"] = -1  # a copy: the table stays
+    assert loop.sizes("teacher")["batch"] > 0
+    with pytest.raises(ValueError, match="task must be one of"):
+        loop.sizes("nope")
 
 
 # ------------------------------------------------------------------------------------------------ the device pool
@@ -328,23 +333,30 @@ def test_sim_cost_warning_warns_once_per_op_above_a_minute(sim_warnings):
 def test_sim_estimates_grow_with_the_sizes_and_name_quick_ones(sim_warnings):
     import warnings
 
-    s = runtime.sim_seconds
-    assert s("fl.gemm", (512, 512, 512), 7) > 2 * runtime.SIM_WARN_S and s("fl.gemm", (256, 256, 256), 7) < 60
-    assert s("fl.gemm", (64, 64, 64), 7) < 5 and s("fl.gemm", (8, 8, 8), 7) < s("fl.gemm", (8, 8, 8), 3)
-    assert s("fl.gemm", (100, 100, 100), 7) == s("fl.gemm", (128, 128, 104), 7)  # padded to v7's 128 x 128 x 8
+    from fp8lab import quant
+    from fp8lab.kernels import fp8_gemm as fg
     from fp8lab.kernels import gemm as G
+    from fp8lab.training import loop
 
+    def s(v, dims):
+        return G.VERSIONS[v].sim_cost.seconds(dims)
+
+    assert s(7, (512, 512, 512)) > 2 * runtime.SIM_WARN_S and s(7, (256, 256, 256)) < 60
+    assert s(7, (64, 64, 64)) < 5 and s(7, (8, 8, 8)) < s(3, (8, 8, 8))
+    assert s(7, (100, 100, 100)) == s(7, (128, 128, 104))  # padded to v7's 128 x 128 x 8
     for v, shape in G.SIM_CHECK.items():  # the shapes each version is checked at (tests, notebook 05) stay quick
-        assert s("fl.gemm", shape, v) < 10
-    assert s("fl.fp8_gemm", (512, 512, 512), (3, False)) > runtime.SIM_WARN_S
-    assert 10 < 20 * s("fl.train", (8, 32, 16)) < runtime.SIM_WARN_S  # the simulator's default run: ~half a minute
+        assert s(v, shape) < 10
+    assert fg.VERSIONS[3].sim_cost.seconds((512, 512, 512)) > runtime.SIM_WARN_S
+    assert fg.VERSIONS[1].cost("accum_bits").seconds((64, 64, 64)) > fg.VERSIONS[1].cost().seconds((64, 64, 64))
+    assert 10 < 20 * loop.SIM_COST.seconds((8, 32, 16)) < runtime.SIM_WARN_S  # the default run: ~half a minute
+    tile = quant.SIM_COST["fl.quantize"]["tile"]
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        runtime.sim_check("fl.quantize", (4096, 7168), "tile")
-        runtime.sim_check("fl.train", (64, 512, 256), steps=600)
+        runtime.sim_check("fl.quantize", (4096, 7168), tile)
+        runtime.sim_check("fl.train", (64, 512, 256), loop.SIM_COST, steps=600)
     q, t = (str(w.message) for w in _slow_warnings(record))
     n = int(q.split("sizes like ")[1].split("x")[0])
-    assert s("fl.quantize", (n, n), "tile") <= runtime.SIM_QUICK_S < s("fl.quantize", (2 * n, 2 * n), "tile")
+    assert tile.seconds((n, n)) <= runtime.SIM_QUICK_S < tile.seconds((2 * n, 2 * n))
     assert "for batch x d_in x d_out = 64x512x256, 600 steps (estimated)" in t and "s a step." in t
 
 

@@ -30,6 +30,9 @@ from ..device import hardware, runtime
 from ..device.runtime import cuda
 from . import timing
 
+ELEMENTWISE_N = runtime.per_backend({"sim": 4096, "gpu": 1 << 28})
+"""Elements of the elementwise benchmarks: 2^28 float32 (1 GiB) on a GPU, 4096 under the simulator."""
+
 # ----------------------------------------------------------------------------------------------------------------
 # Checking
 # ----------------------------------------------------------------------------------------------------------------

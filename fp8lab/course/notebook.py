@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import bench
 from ..device import runtime
+from ..kernels import versions
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -257,17 +258,26 @@ def editable_target(cell_source: str) -> str | None:
 
 
 def _swap(module, old, new) -> list:
-    """Put `new` wherever `module`'s globals (and the dicts and tuples they hold) or the kernel cache (runtime.cached)
-    hold `old`; returns the undo list [(dict, key, previous value)]."""
+    """Put `new` wherever `module`'s globals (and the dicts, tuples and Version rows they hold) or the kernel cache
+    (runtime.cached) hold `old`; returns the undo list [(dict, key, previous value)]."""
     undo = []
 
-    def visit(d, key, value, depth):
+    def swapped(value):  # value with `new` for `old` (itself, in a tuple, or in a Version row's fields), else None
         if value is old:
+            return new
+        if isinstance(value, tuple) and any(v is old for v in value):
+            return tuple(new if v is old else v for v in value)
+        if isinstance(value, versions.Version):
+            fields = {f.name: swapped(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            fields = {k: v for k, v in fields.items() if v is not None}
+            return dataclasses.replace(value, **fields) if fields else None
+        return None
+
+    def visit(d, key, value, depth):
+        replacement = swapped(value)
+        if replacement is not None:
             undo.append((d, key, value))
-            d[key] = new
-        elif isinstance(value, tuple) and any(v is old for v in value):
-            undo.append((d, key, value))
-            d[key] = tuple(new if v is old else v for v in value)
+            d[key] = replacement
         elif isinstance(value, dict) and depth < 3:
             for k, v in list(value.items()):
                 visit(value, k, v, depth + 1)

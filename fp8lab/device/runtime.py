@@ -9,6 +9,7 @@ Kernel source imports `cuda`, `shfl_down_sync` and `shfl_xor_sync` from here and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -41,34 +42,11 @@ else:
     shfl_xor_sync = cuda.shfl_xor_sync
 
 
-# Problem sizes: one place that knows the backend. The simulator runs every thread as a Python thread
-# (~1e4 threads/s), so its sizes are tiny; GPU sizes are realistic.
-SIZES = {
-    "sim": {
-        "train": dict(batch=8, d_in=32, d_out=16, steps=20, lr=5e-2, ema_decay=0.9),
-        "chars": dict(batch=8, context=2, embed=16, hidden=16, blocks=1, steps=3, lr=3e-3, ema_decay=0.9,
-                      eval_every=3, eval_batches=1),
-        "bench": dict(n=4096),
-        "gemm_tile": 8,
-    },
-    "gpu": {
-        "train": dict(batch=64, d_in=512, d_out=256, steps=600, lr=1e-3, ema_decay=0.99),
-        # 4096 windows of 16 characters, width 512, 4 blocks: the validation loss is lowest after about one pass
-        # over the 1 MB corpus (250 steps, measured on an H200); wider models or batches memorize it sooner
-        "chars": dict(batch=4096, context=16, embed=32, hidden=1024, blocks=4, steps=250, lr=1e-3,
-                      ema_decay=0.99, eval_every=50, eval_batches=8),
-        "bench": dict(n=1 << 28),
-        "gemm_tile": 16,
-    },
-}
-
-
-def sizes(name: str) -> dict:
-    """Problem sizes for this backend: tiny under the simulator, realistic on a GPU."""
-    try:
-        value = SIZES[backend][name]
-    except KeyError:
-        raise ValueError(f"name must be one of {sorted(SIZES[backend])}, got {name!r}") from None
+def per_backend(table: dict):
+    """table["sim"] or table["gpu"], for this backend (a dict is copied): problem sizes are tiny under the simulator,
+    which runs every thread as a Python thread (~1e4 threads/s), and realistic on a GPU. The modules that use sizes
+    keep their own tables (fp8lab.training.loop's, a kernel module's)."""
+    value = table[backend]
     return dict(value) if isinstance(value, dict) else value
 
 
@@ -118,6 +96,24 @@ def compute_capability() -> tuple[int, int] | None:
     return tuple(cuda.get_current_device().compute_capability)
 
 
+@dataclasses.dataclass(frozen=True)
+class Capability:
+    """What a kernel needs of the GPU: `what` names it for the error ("wgmma, which needs an sm_90 GPU ..."), and the
+    compute capabilities that have it, min_cc to max_cc (None: no upper end)."""
+
+    what: str
+    min_cc: tuple[int, int]
+    max_cc: tuple[int, int] | None = None
+
+    def ok(self, cc: tuple[int, int]) -> bool:
+        return tuple(cc) >= self.min_cc and (self.max_cc is None or tuple(cc) <= self.max_cc)
+
+    def here(self) -> bool:
+        """Whether this device has it (always under the simulator, which runs the twins)."""
+        cc = compute_capability()
+        return cc is None or self.ok(cc)
+
+
 def require_capability(what: str, version, ok) -> None:
     """ValueError unless the device can run `what` (ok: a predicate on (major, minor)); nothing under the
     simulator."""
@@ -125,6 +121,11 @@ def require_capability(what: str, version, ok) -> None:
     if cc is not None and not ok(cc):
         raise ValueError(f"version {version} runs {what}; this device has compute capability {cc[0]}.{cc[1]}: "
                          f"choose another version (None picks the best this device can run)")
+
+
+def require(needs: Capability, version) -> None:
+    """ValueError naming `version` unless this device has `needs`; nothing under the simulator."""
+    require_capability(needs.what, version, needs.ok)
 
 
 def numba_type(name: str):
@@ -225,67 +226,37 @@ class SimulatorSlowWarning(UserWarning):
 SIM_WARN_S = 60.0  # warn when a call's estimate is above this
 SIM_QUICK_S = 2.0  # the warning names sizes whose estimate is below this
 
-# Seconds one public call takes under the simulator: a + b * work + c * threads, per op and key (SIM_COST[op][1]).
-#   GEMMs, key the version (fp8_gemm: (version, accum_bits given)), dims (M, N, K) rounded up to the tile
-#     (tm, tn, tk) the version's threads cover (idle threads run too): work = M N K, threads = M N;
-#   fl.train, per step, dims (batch, d_in, d_out) = (B, K, N): work = B N K (Fprop and Wgrad GEMMs),
-#     threads = B N + N K + B K (one per output of those GEMMs; elementwise kernels over these sizes);
-#   the rest, key the granularity: work = elements (dims: the shape), c unused.
-# Measured 2026-12-03 on a 2-core x86 machine (Python 3.11, numba-cuda 0.30.4) at a load average of 2-5: the wall
-# time of one call at each size in the comments, e.g. fl.gemm version 7 at 128x128x128:
-#   FP8LAB_BACKEND=sim .venv/bin/python -c "import time, numpy as np, fp8lab as fl; a = np.ones((128, 128),
-#   np.float32); t = time.perf_counter(); fl.gemm(a, a, version=7); print(time.perf_counter() - t)"
-# then least squares with a, b, c >= 0, unweighted, so the largest sizes (5-15 s) count most. Runs at other loads
-# differed by up to 3x (busier was often faster: the simulator's threads contend for the GIL), so this is a
-# ballpark; checked at fl.gemm 256x256x256 (34 s, model 34 s) and fl.train's 20 default steps (35 s, model 35 s).
-SIM_COST = {
-    "fl.gemm": ("M x N x K = ", {  # 32x32x8 64x64x64 64x64x256 (v1, v2); 32x32x32 64x64x{64, 128} (v3);
-        #                            64x64x{8, 64, 256} (v4); 128x128x{8, 64, 256} (v5, v6);
-        #                            128x128x{8, 64, 128} 256x128x128 256x256x256 (v7)
-        1: (0, 1.5e-6, 2.9e-4, 32, 32, 1),
-        2: (0.1, 1.6e-6, 2.8e-4, 32, 32, 1),
-        3: (0.3, 1.1e-5, 3.0e-4, 32, 32, 32),
-        4: (0.3, 3.9e-6, 0, 64, 64, 8),
-        5: (0.3, 1.0e-6, 0, 128, 128, 8),
-        6: (0.2, 1.2e-6, 0, 128, 128, 8),
-        7: (0, 2.0e-6, 0, 128, 128, 8),
-    }),
-    "fl.fp8_gemm": ("M x N x K = ", {  # tile x block scales; 32x32x{8, 128, 512} (v1), 32x32x{128, 512} 64x64x256
-        #                                (v2), 128x128x{8, 64, 128} (v3); accum_bits=13: 32x32x{32, 128, 512} (v1),
-        #                                32x32x{128, 512} (v2)
-        (1, False): (0.2, 3.7e-6, 0, 8, 8, 1),
-        (2, False): (0.2, 1.2e-6, 1.0e-3, 8, 8, 128),
-        (3, False): (0.2, 2.0e-6, 0, 128, 128, 8),
-        (4, False): (0.2, 1.2e-6, 0, 128, 128, 128),  # (5,9,300) 20 s, (70,130,264) 44 s
-        (5, False): (0.2, 3.3e-7, 0, 128, 128, 128),  # (5,9,300) 1.8 s, (70,130,264) 4.2 s
-        (6, False): (0.2, 3.3e-7, 0, 128, 128, 128),
-        (7, False): (0.2, 3.3e-7, 0, 128, 128, 128),  # version 6's tiles, looped over by fewer blocks
-        (1, True): (0.6, 1.7e-5, 0, 8, 8, 32),
-        (2, True): (1.1, 1.3e-5, 0, 8, 8, 128),
-    }),
-    "fl.quantize": ("", {  # 8x32 64x256 128x512 (tensor also 512x512)
-        "tensor": (0.5, 6.9e-5, 0), "row": (0.2, 4.4e-5, 0), "tile": (0.2, 5.9e-5, 0), "block": (0, 5.1e-5, 0),
-        "mx": (0.1, 9.9e-5, 0),
-    }),
-    "fl.dequantize": ("", {"tensor": (0, 4.7e-5, 0), "fine": (0, 5.5e-5, 0)}),  # 8x32 64x256 128x512 (tile)
-    "fl.requantize_tile_to_col": ("", {None: (0, 2.2e-4, 0)}),  # 8x32 64x256 128x256
-    # fl.train, per step, both recipes: 8x32x16 (2 and 20 steps), 64x32x16 8x64x64 8x128x64 32x128x64 (1 step)
-    "fl.train": ("batch x d_in x d_out = ", {None: (1.2, 1.5e-5, 5.0e-4)}),
-}
+@dataclasses.dataclass(frozen=True)
+class SimCost:
+    """Seconds one public call takes under the simulator: a + b * work + c * threads, fitted to timed calls
+    (docs/notes/simulator.md says how). The op that launches says what it costs: a kernel version's entry in its
+    VERSIONS table, the quantization API's table in fp8lab.quant, the training loop's in fp8lab.training.loop.
+
+    tile (tm, tn, tk), for a GEMM: dims (M, N, K) rounded up to the tile the version's threads cover (idle threads
+    run too), work = M N K, threads = M N. step=True, for a training step: dims (B, K, N), work = B N K (Fprop and
+    Wgrad), threads = B N + N K + B K (one per output of those GEMMs). Otherwise work = the elements of dims.
+    names: how the warning names dims ("M x N x K = ")."""
+
+    a: float
+    b: float
+    c: float = 0.0
+    tile: tuple | None = None
+    step: bool = False
+    names: str = ""
+
+    def seconds(self, dims) -> float:
+        """Estimated seconds of one call on `dims`."""
+        if self.step:
+            B, K, N = dims
+            return self.a + self.b * B * N * K + self.c * (B * N + N * K + B * K)
+        if self.tile:
+            M, N, K = (-(-d // t) * t for d, t in zip(dims, self.tile))
+            return self.a + self.b * M * N * K + self.c * M * N
+        return self.a + self.b * math.prod(dims)
+
+
 _SIM_WARNED: set = set()
 _NICE = sorted({2**k for k in range(3, 25)} | {3 * 2**k for k in range(2, 24)})  # 8, 12, 16, 24, 32, 48, ...
-
-
-def sim_seconds(op: str, dims, key=None) -> float:
-    """Estimated seconds of one call of `op` (e.g. "fl.gemm") on `dims` under the simulator (SIM_COST)."""
-    a, b, c, *tile = SIM_COST[op][1][key]
-    if op == "fl.train":
-        B, K, N = dims
-        return a + b * B * N * K + c * (B * N + N * K + B * K)
-    if tile:
-        M, N, K = (-(-d // t) * t for d, t in zip(dims, tile))
-        return a + b * M * N * K + c * M * N
-    return a + b * math.prod(dims)
 
 
 def _duration(seconds: float) -> str:
@@ -311,15 +282,15 @@ def sim_cost_warning(what: str, seconds: float, size: str, quick: str, stackleve
     return True
 
 
-def sim_check(op: str, dims, key=None, steps: int = 1) -> None:
-    """The one line before a public call's launch: under the simulator, warn (once per op) when SIM_COST puts
-    `steps` calls on `dims` above SIM_WARN_S, naming the n x n (x n) that it puts under SIM_QUICK_S."""
-    if backend != "sim" or op in _SIM_WARNED:
+def sim_check(what: str, dims, cost: SimCost, steps: int = 1) -> None:
+    """The one line before a public call's launch: under the simulator, warn (once per `what`, e.g. "fl.gemm") when
+    `cost` puts `steps` calls on `dims` above SIM_WARN_S, naming the n x n (x n) that it puts under SIM_QUICK_S."""
+    if backend != "sim" or what in _SIM_WARNED:
         return
     dims = tuple(int(d) for d in dims)
-    seconds = steps * sim_seconds(op, dims, key)
+    seconds = steps * cost.seconds(dims)
     if seconds > SIM_WARN_S:
-        n = max([n for n in _NICE if sim_seconds(op, (n,) * len(dims), key) <= SIM_QUICK_S], default=1)
-        size = SIM_COST[op][0] + "x".join(map(str, dims)) + (f", {steps} steps" if steps > 1 else "")
+        n = max([n for n in _NICE if cost.seconds((n,) * len(dims)) <= SIM_QUICK_S], default=1)
+        size = cost.names + "x".join(map(str, dims)) + (f", {steps} steps" if steps > 1 else "")
         quick = f"sizes like {'x'.join([str(n)] * len(dims))} take about {SIM_QUICK_S:g} s" + " a step" * (steps > 1)
-        sim_cost_warning(op, seconds, size, quick, stacklevel=4)
+        sim_cost_warning(what, seconds, size, quick, stacklevel=4)

@@ -91,7 +91,7 @@ def checks(rng, only=None) -> list:
 
 
 def timings(rng, args) -> list:
-    n = runtime.sizes("bench")["n"]
+    n = bench.ELEMENTWISE_N
     x = cuda.to_device(_inputs(rng, n))
     codes = cuda.device_array(n, np.uint8)
     nbytes = 4 * n + n

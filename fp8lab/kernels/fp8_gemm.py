@@ -96,7 +96,7 @@ from .common import DECODE_X2, sgemm_fma_step, sgemm_store, vec_ok
 ALIGN = accum.GROUP  # products per alignment group of the limited accumulator (32)
 BLOCK_K = GROUP_K  # K elements per shared tile of version 2: one scale group
 BLOCK_K_PAD = BLOCK_K + 1  # shared b tile row length: column reads by TILE threads hit TILE different banks
-TILE = runtime.sizes("gemm_tile")  # outputs per block side: 16 on a GPU, 8 under the simulator
+TILE = runtime.per_backend({"sim": 8, "gpu": 16})  # outputs per block side (64 Python threads a block simulated)
 OPERAND_GRANULARITIES = ("tensor", "tile", "block")  # of spec.GRANULARITIES, the ones fp8_gemm takes
 _KIND = {"tensor": 0, "tile": 1, "block": 2}
 _ZERO_EXP = -(1 << 20)

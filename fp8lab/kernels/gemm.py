@@ -47,8 +47,9 @@ from ..device.ptx import st_shared_v4_f32
 from ..device.runtime import cuda
 from . import common as C
 from .common import load4, sgemm_fma_step, sgemm_store, vec_ok
+from .versions import Version
 
-__all__ = ["VERSIONS", "BEST", "LAUNCH", "KERNELS", "gemm", "launch", "reference", "error_bound", "occupancy",
+__all__ = ["VERSIONS", "BEST", "LAUNCH", "gemm", "launch", "reference", "error_bound", "occupancy",
            "PTXAS_REGS_SM90", "checks", "timings", "main"]
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -343,16 +344,24 @@ def gemm_kernel7(a, b, c, vec_a, vec_b):
     sgemm_store(c, acc, m0, n0, t_row, t_col, M, N)
 
 
-KERNELS = {1: gemm_kernel1, 2: gemm_kernel2, 3: gemm_kernel3, 4: gemm_kernel4, 5: gemm_kernel5, 6: gemm_kernel6,
-           7: gemm_kernel7}
+def _cost(a, b, c, tm, tn, tk):  # seconds under the simulator, dims rounded up to the tile (docs/notes/simulator.md)
+    return runtime.SimCost(a, b, c, tile=(tm, tn, tk), names="M x N x K = ")
+
+
 VERSIONS = {
-    1: "naive: one thread per output, threadIdx.x along M (uncoalesced)",
-    2: "coalesced: one thread per output, threadIdx.x along N",
-    3: "shared memory: 32 x 32 tiles of a and b",
-    4: "1-D register blocking: 64 x 64 tile, BK 8, a column of TM 8 outputs per thread",
-    5: "2-D register blocking: 128 x 128 tile, BK 8, TM x TN = 8 x 8 outputs per thread",
-    6: "wider loads: version 5 + float4 global loads (ld.global.v4.f32) + transposed a tile",
-    7: "version 6 + float4 shared loads (ld.shared.v4.f32), conflict-free layout, double buffering",
+    1: Version("naive: one thread per output, threadIdx.x along M (uncoalesced)", gemm_kernel1,
+               sim_cost=_cost(0, 1.5e-6, 2.9e-4, 32, 32, 1)),
+    2: Version("coalesced: one thread per output, threadIdx.x along N", gemm_kernel2,
+               sim_cost=_cost(0.1, 1.6e-6, 2.8e-4, 32, 32, 1)),
+    3: Version("shared memory: 32 x 32 tiles of a and b", gemm_kernel3, sim_cost=_cost(0.3, 1.1e-5, 3.0e-4, 32, 32, 32)),
+    4: Version("1-D register blocking: 64 x 64 tile, BK 8, a column of TM 8 outputs per thread", gemm_kernel4,
+               sim_cost=_cost(0.3, 3.9e-6, 0, 64, 64, 8)),
+    5: Version("2-D register blocking: 128 x 128 tile, BK 8, TM x TN = 8 x 8 outputs per thread", gemm_kernel5,
+               sim_cost=_cost(0.3, 1.0e-6, 0, 128, 128, 8)),
+    6: Version("wider loads: version 5 + float4 global loads (ld.global.v4.f32) + transposed a tile", gemm_kernel6,
+               sim_cost=_cost(0.2, 1.2e-6, 0, 128, 128, 8)),
+    7: Version("version 6 + float4 shared loads (ld.shared.v4.f32), conflict-free layout, double buffering",
+               gemm_kernel7, sim_cost=_cost(0, 2.0e-6, 0, 128, 128, 8)),
 }
 BEST = 7
 """The fastest version on an H200 (BENCHMARKS.md)."""
@@ -373,7 +382,7 @@ LAUNCH = {
 
 # Registers per thread that ptxas (CUDA 13.0, -arch=sm_90) reported for the PTX numba-cuda 0.30.4 emits for
 # these kernels (C-contiguous float32 operands), recorded here without a GPU: a stand-in for the simulator. On a
-# GPU use the compiled kernel's own count, `KERNELS[v].get_regs_per_thread()`, which may differ.
+# GPU use the compiled kernel's own count, `VERSIONS[v].kernel.get_regs_per_thread()`, which may differ.
 PTXAS_REGS_SM90 = {1: 31, 2: 31, 3: 32, 4: 46, 5: 126, 6: 126, 7: 120}
 
 def occupancy(version: int, regs_per_thread: int | None = None) -> dict:
@@ -396,10 +405,10 @@ def launch(a, b, out, version: int = BEST) -> None:
     """out (M, N) = a (M, K) @ b (K, N) on float32 device arrays (no checks: `gemm` is the checked entry point)."""
     M, N = out.shape
     blocks, block = grid(version, M, N)
-    if version in (6, 7):
-        KERNELS[version][blocks, block](a, b, out, vec_ok(a), vec_ok(b))
+    if version in (6, 7):  # the float4 global loads take an aligned-or-not flag per operand
+        VERSIONS[version].kernel[blocks, block](a, b, out, vec_ok(a), vec_ok(b))
     else:
-        KERNELS[version][blocks, block](a, b, out)
+        VERSIONS[version].kernel[blocks, block](a, b, out)
 
 
 def gemm(a, b, version: int | None = None, out=None):
@@ -419,7 +428,7 @@ def gemm(a, b, version: int | None = None, out=None):
     version = V.version("version", version, VERSIONS, default=BEST)
     if out is not None:
         out = V.array("out", out, dtype=np.float32, shape=(M, N))
-    runtime.sim_check("fl.gemm", (M, N, K), version)  # warns once if the simulator would take minutes
+    runtime.sim_check("fl.gemm", (M, N, K), VERSIONS[version].sim_cost)  # warns once if the simulator takes minutes
     on_device = V.is_device_array(a) or V.is_device_array(b)
     if out is not None and V.is_device_array(out):
         c = out

@@ -24,7 +24,7 @@ from ..device import runtime
 from ..bench import timing
 from ..device.runtime import cuda
 
-TILE = runtime.sizes("gemm_tile")  # 16 on a GPU; 8 under the simulator (64 Python threads a block)
+TILE = runtime.per_backend({"sim": 8, "gpu": 16})  # 64 Python threads a block under the simulator
 TILE_PAD = TILE + 1  # shared-array shapes must be compile-time constants: no arithmetic inside the kernel
 
 

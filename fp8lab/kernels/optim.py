@@ -396,7 +396,7 @@ def check_adamw_steps(rng, n: int, moments: str, decay, steps: int = 3, lr: floa
 
 
 def timings(rng, args) -> list:
-    n = runtime.sizes("bench")["n"]
+    n = bench.ELEMENTWISE_N
     p = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
     g = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
     adam, sgd = Adam(n), SGD(n, lr=1e-9)

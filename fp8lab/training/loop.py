@@ -57,6 +57,27 @@ REFERENCE_RTOL = {"fp32": 1e-4, "bf16": 1e-3, "fp8-tensor": 2e-2, "fp8-deepseek"
 # lr 100 reaches 4000x and lr 1e10 1e19x (the RMSNorm gain explodes).
 DIVERGENCE_FACTOR = 1000.0
 
+# Each task's defaults: tiny under the simulator (every thread a Python thread), realistic on a GPU
+SIZES = {
+    "teacher": {"sim": dict(batch=8, d_in=32, d_out=16, steps=20, lr=5e-2, ema_decay=0.9),
+                # the original program's batch 64, 512 -> 256
+                "gpu": dict(batch=64, d_in=512, d_out=256, steps=600, lr=1e-3, ema_decay=0.99)},
+    # 4096 windows of 16 characters, width 512, 4 blocks: the validation loss is lowest after about one pass over
+    # the 1 MB corpus (250 steps; BENCHMARKS.md); wider models or batches memorize it sooner
+    "chars": {"sim": dict(batch=8, context=2, embed=16, hidden=16, blocks=1, steps=3, lr=3e-3, ema_decay=0.9,
+                          eval_every=3, eval_batches=1),
+              "gpu": dict(batch=4096, context=16, embed=32, hidden=1024, blocks=4, steps=250, lr=1e-3,
+                          ema_decay=0.99, eval_every=50, eval_batches=8)},
+}
+SIM_COST = runtime.SimCost(1.2, 1.5e-5, 5.0e-4, step=True, names="batch x d_in x d_out = ")
+"""Seconds of one teacher-task step under the simulator, dims (batch, d_in, d_out) (docs/notes/simulator.md); the
+language model's step is estimated as one of (batch, width, 2 * hidden)."""
+
+
+def sizes(task: str) -> dict:
+    """The defaults of `task` ("teacher" or "chars") on this backend: sizes, steps, lr, ema_decay, ..."""
+    return runtime.per_backend(SIZES[V.choice("task", task, TASKS)])
+
 
 class TrainingDiverged(FloatingPointError):
     """The loss became NaN or Inf, or more than DIVERGENCE_FACTOR times the first step's.
@@ -332,7 +353,7 @@ def train(
     windows in every run).
     Options of the other task raise a ValueError naming them.
 
-    Sizes, steps, lr and ema_decay default to the backend's (runtime.sizes("train")): on a GPU the original
+    Sizes, steps, lr and ema_decay default to the backend's (sizes("teacher")): on a GPU the original
     program's batch 64, input 512, output 256, lr 1e-3 (600 steps); under the simulator batch 8, 32 -> 16,
     lr 5e-2, 20 steps, so a run takes about half a minute. Raises TrainingDiverged naming the
     step if the loss becomes NaN or Inf or exceeds DIVERGENCE_FACTOR (1000) times the first step's loss.
@@ -351,7 +372,7 @@ def train(
     if given:
         owner = "chars" if task == "teacher" else "teacher"
         raise ValueError(f"{', '.join(given)}: only for task={owner!r}, got task={task!r}")
-    defaults = runtime.sizes("train" if task == "teacher" else "chars")
+    defaults = sizes(task)
     steps = V.positive_int("steps", defaults["steps"] if steps is None else steps)
     batch = V.positive_int("batch", defaults["batch"] if batch is None else batch)
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
@@ -393,7 +414,7 @@ def train(
     noise = V.positive_float("noise", noise)
 
     if engine == "kernels":  # warns once if the simulator would take minutes
-        runtime.sim_check("fl.train", (batch, d_in, d_out), steps=steps)
+        runtime.sim_check("fl.train", (batch, d_in, d_out), SIM_COST, steps=steps)
     data = Data(batch, d_in, d_out, noise, seed)
     step_cls = _KernelStep if engine == "kernels" else _ReferenceStep
     step = step_cls(recipe, data, lr, optimizer)
@@ -494,7 +515,7 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
     c = corpus.load()
     params = lm.init_params(cfg, seed)
     if engine == "kernels":
-        runtime.sim_check("fl.train", (batch, cfg.width, 2 * cfg.hidden), steps=steps)
+        runtime.sim_check("fl.train", (batch, cfg.width, 2 * cfg.hidden), SIM_COST, steps=steps)
         model = lm_engine.KernelModel(cfg, recipe, batch, params)
         P = model.params
         opt = optim.AdamW(P.size, lr=lr, decay=P.mask(lm.DECAYED), moments=moments)

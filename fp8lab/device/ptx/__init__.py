@@ -1,6 +1,6 @@
 """Inline PTX from Python: every intrinsic with its simulator twin (`intrinsics`), and PTX text (`compile`).
 
-    from fp8lab import ptx
+    from fp8lab.device import ptx
     ptx.cvt_e4m3x2_satfinite(hi, lo)   # in a kernel: one cvt.rn.satfinite.e4m3x2.f32 on a GPU, a twin elsewhere
     ptx.ptx_of(kernel, "void(float32[::1], uint8[::1])")   # the PTX a kernel compiles to
 
@@ -16,7 +16,7 @@ See intrinsics.py for the table of intrinsics, their PTX and their twins.
 
 from .compile import PTXUnavailableWarning, find_instructions, ptx_of, ptx_status
 from .intrinsics import (CVT_E4M3X2, CVT_E5M2X2, CVT_F16X2_E4M3X2, CVT_F16X2_E5M2X2, HARDWARE, bitcast_intrinsics,
-    MMA_FP8_CC, WGMMA_CC, MMA_M16N8K32_E4M3, cvt_e4m3x2_satfinite, cvt_e5m2x2_satfinite, cvt_x2_intrinsic,
+    MMA_FP8, MMA_FP8_CC, WGMMA, WGMMA_CC, MMA_M16N8K32_E4M3, cvt_e4m3x2_satfinite, cvt_e5m2x2_satfinite, cvt_x2_intrinsic,
     decode_e4m3x2, decode_e5m2x2, decode_x2_intrinsic, encode_e4m3_sat_hw, encode_e5m2_sat_hw, f32_as_u32,
     globaltimer_intrinsic, globaltimer_ns, ld_global_v4_f32, ld_global_nc_v4_f32, ld_global_v4_intrinsic,
     ld_shared_v4_1d_intrinsic, ld_shared_v4_f32, ld_shared_v4_f32_1d, mma_intrinsic, mma_m16n8k32_e4m3,
@@ -57,7 +57,9 @@ __all__ = [
     "wgmma_sync_intrinsic",
     "wgmma_wait_group",
     "SWIZZLE_MODES",
+    "WGMMA",
     "WGMMA_CC",
+    "MMA_FP8",
     "MMA_FP8_CC",
     "require_wgmma",
     "require_mma_fp8",

@@ -84,16 +84,21 @@ WGMMA_CC = (9, 0)  # wgmma exists on the sm_90a target only (PTX ISA): H100, H20
 MMA_FP8_CC = (8, 9)  # FP8 mma.sync: sm_89 and newer
 
 
+WGMMA = runtime.Capability("wgmma, which needs an sm_90 GPU (H100, H200, H800: compute capability 9.0)", WGMMA_CC,
+                           WGMMA_CC)
+"""What a kernel issuing wgmma needs (a kernel version's `needs`, kernels.versions)."""
+MMA_FP8 = runtime.Capability("FP8 mma.sync, which needs compute capability 8.9 or newer", MMA_FP8_CC)
+"""What a kernel issuing FP8 mma.sync needs."""
+
+
 def require_wgmma(version) -> None:
     """ValueError naming `version` unless this GPU runs wgmma (nothing under the simulator: the twins run)."""
-    runtime.require_capability("wgmma, which needs an sm_90 GPU (H100, H200, H800: compute capability 9.0)",
-                               version, lambda cc: cc == WGMMA_CC)
+    runtime.require(WGMMA, version)
 
 
 def require_mma_fp8(version) -> None:
     """ValueError naming `version` unless this GPU runs FP8 mma.sync."""
-    runtime.require_capability("FP8 mma.sync, which needs compute capability 8.9 or newer", version,
-                               lambda cc: cc >= MMA_FP8_CC)
+    runtime.require(MMA_FP8, version)
 
 
 # ----------------------------------------------------------------------------------------------------------------
