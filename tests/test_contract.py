@@ -22,7 +22,8 @@ PKG = pathlib.Path(fp8lab.__file__).parent
 LAYERS = {
     0: ("_validate", "numerics", "numerics.formats", "numerics.spec", "numerics.accum", "numerics.scaling",
         "device", "device.select", "device.hardware", "course", "course.plotting", "training", "training.corpus",
-        "training.model", "training.checkpoint", "comm", "comm.moe", "comm.pipeline"),
+        "training.model", "training.checkpoint", "comm", "comm.moe", "comm.moe_reference", "comm.moe_alltoall",
+        "comm.moe_cost", "comm.pipeline", "comm.pipeline_schedules", "comm.pipeline_timeline"),
     1: ("device.simgaps", "device.pool", "device.runtime"),
     2: ("device.ptx", "device.ptx.intrinsics", "device.ptx.compile"),
     3: ("bench.timing", "bench", "course.recorded", "bench.triton_peer", "kernels", "kernels.common"),

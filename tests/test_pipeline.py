@@ -10,7 +10,7 @@ import pytest
 
 import fp8lab as fl
 from fp8lab import cli
-from fp8lab.comm import pipeline
+from fp8lab.comm import pipeline, pipeline_schedules
 
 PPS = (2, 4, 6, 8, 16)
 INT_TIMES = [(1, 2, 1, None), (3, 5, 2, 6), (4, 4, 0, 5), (5, 7, 2, 7)]  # all meet every schedule's CONDITIONS
@@ -311,10 +311,11 @@ def test_time_orders_gpipe_and_deadlocks():
 
 def test_simulate_reports_a_deadlocking_schedule(monkeypatch):
     """A schedule bug (not bad input) is a RuntimeError naming the stuck operations."""
-    monkeypatch.setitem(pipeline._BUILD, "1f1b", lambda P, N: [[pipeline._Op("B", m, 0) for m in range(N)]
-                                                              + [pipeline._Op("F", m, 0) for m in range(N)]
-                                                              for _ in range(P)])
-    with pytest.raises(RuntimeError, match=r"^1f1b schedule deadlocks: next operations \[_Op\(kind='B'"):
+    Op = pipeline_schedules.Op
+    monkeypatch.setitem(pipeline_schedules.BUILD, "1f1b", lambda P, N: [[Op("B", m, 0) for m in range(N)]
+                                                                       + [Op("F", m, 0) for m in range(N)]
+                                                                       for _ in range(P)])
+    with pytest.raises(RuntimeError, match=r"^1f1b schedule deadlocks: next operations \[Op\(kind='B'"):
         pipeline.simulate("1f1b", 3, 3, 1, 2, 1)
 
 

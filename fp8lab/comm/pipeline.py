@@ -14,16 +14,13 @@ Pure Python: times are exact rationals inside (fractions.Fraction), so the formu
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 from fractions import Fraction
-from typing import NamedTuple
 
 from .. import _validate as V
-
-SCHEDULES = ("1f1b", "zb1p", "dualpipe")
-KINDS = ("F", "B", "W", "FB")
+from .pipeline_schedules import BUILD, SCHEDULES, Op
+from .pipeline_timeline import KINDS, Event, Timeline  # KINDS: also public here
 
 FORMULAS = {"1f1b": "(PP-1)(F+B)", "zb1p": "(PP-1)(F+B-2W)", "dualpipe": "(PP/2-1)(F&B+B-3W)"}
 """Table 2's bubble column, as the report writes it (F&B is FB here)."""
@@ -47,278 +44,6 @@ def min_microbatches(schedule: str, stages: int) -> int:
     schedule = V.choice("schedule", schedule, SCHEDULES)
     stages = _stages(stages, schedule)
     return 2 * stages if schedule == "dualpipe" else stages
-
-
-@dataclasses.dataclass(frozen=True)
-class Event:
-    """One operation on one device.
-
-    kind: "F" (forward chunk), "B" (backward chunk: full, or input-gradient only when split), "W" (weight gradient of
-    a split B) or "FB" (a forward and a full backward chunk, overlapped). microbatch / direction: the chunk's
-    micro-batch and direction (0: enters at stage 0; 1: enters at the last stage, DualPipe only); for "FB", those
-    of its forward half, and b_microbatch / b_direction those of its backward half. Micro-batches are numbered
-    from 0 within each direction. split: a "B" whose W runs as its own event.
-    """
-
-    stage: int
-    kind: str
-    microbatch: int
-    direction: int
-    start: int | float
-    end: int | float
-    b_microbatch: int | None = None
-    b_direction: int | None = None
-    split: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Timeline:
-    """A simulated schedule.
-
-    events: per device (stage), its Events in time order. makespan: the end of the last event. busy: per device,
-    the sum of its events' durations. stage_bubbles: per device, makespan - busy (idle time). bubble: the largest
-    of them; equal on every device for 1f1b and zb1p, and for dualpipe when FB = F + B (with FB < F + B, the
-    devices near the ends run a few more un-overlapped F, B pairs, so they are busier and idle less; Table 2's
-    value is the idle time of the middle devices, which overlap the most).
-
-    peak_activations: per device, the most micro-batches' activations held at once, in units of "the activations
-    of one micro-batch on one stage (one chunk)": held from the start of its forward chunk to the end of its
-    backward (of its W, where the backward is split: W still reads the layer inputs); in an overlapped FB pair
-    the forward's are counted before the backward's are freed. A DualPipe device holds chunks of both directions
-    (its stages i and PP-1-i) and counts both. activations: the largest (Table 2's column: PP, PP, PP+1).
-    parameters: copies of the model's parameters per device (1, or 2 for DualPipe).
-    """
-
-    schedule: str
-    stages: int
-    microbatches: int
-    F: int | float
-    B: int | float
-    W: int | float
-    FB: int | float
-    events: tuple
-    makespan: int | float
-    busy: tuple
-    stage_bubbles: tuple
-    bubble: int | float
-    peak_activations: tuple
-    activations: int
-    parameters: int
-
-    def check(self) -> Timeline:
-        """Verify the timeline from its events alone; raise AssertionError naming the first problems.
-
-        Checks: events on each device in order without overlap, each lasting its kind's time; every (micro-batch,
-        direction, stage) has exactly one F and one B (as "B" or inside an "FB") on the right device, and one W
-        exactly when its B is split; every dependency (forward after the previous stage's forward, backward after
-        the next stage's backward and its own forward, W after its B); the summary fields. Returns self.
-        """
-        bad: list[str] = []
-        P, N = self.stages, self.microbatches
-        dual = self.schedule == "dualpipe"
-        ndir, per_dir = (2, N // 2) if dual else (1, N)
-        span = max(abs(float(self.makespan)), 1.0)
-
-        def close(a, b):
-            return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9 * span)
-
-        def device(k, d):  # the device that runs pipeline stage k of direction d
-            return k if d == 0 else P - 1 - k
-
-        def pstage(s, d):  # the pipeline stage that device s runs for direction d
-            return s if d == 0 else P - 1 - s
-
-        dur = {"F": self.F, "W": self.W, "FB": self.FB}
-        fwd, bwd, wgt = {}, {}, {}  # (d, m, k) -> list of (start, end); bwd values carry split
-        if len(self.events) != P:
-            bad.append(f"events has {len(self.events)} devices, expected {P}")
-        for s, evs in enumerate(self.events):
-            prev_end = 0
-            for e in evs:
-                if e.stage != s:
-                    bad.append(f"{e} listed under device {s}")
-                if e.kind not in KINDS:
-                    bad.append(f"{e}: unknown kind")
-                    continue
-                if e.start < prev_end:
-                    bad.append(f"{e} starts before the previous event on device {s} ends ({prev_end})")
-                prev_end = e.end
-                want = (self.B - self.W if e.split else self.B) if e.kind == "B" else dur[e.kind]
-                if not close(e.end - e.start, want):
-                    bad.append(f"{e} lasts {e.end - e.start}, expected {want}")
-                if e.direction not in range(ndir) or e.microbatch not in range(per_dir):
-                    bad.append(f"{e}: micro-batch or direction out of range")
-                    continue
-                key = (e.direction, e.microbatch, pstage(s, e.direction))
-                if e.kind in ("F", "FB"):
-                    fwd.setdefault(key, []).append((e.start, e.end))
-                if e.kind == "B":
-                    bwd.setdefault(key, []).append((e.start, e.end, e.split))
-                if e.kind == "W":
-                    wgt.setdefault(key, []).append((e.start, e.end))
-                if e.kind == "FB":
-                    if e.b_direction not in range(ndir) or e.b_microbatch not in range(per_dir):
-                        bad.append(f"{e}: backward micro-batch or direction out of range")
-                        continue
-                    bkey = (e.b_direction, e.b_microbatch, pstage(s, e.b_direction))
-                    bwd.setdefault(bkey, []).append((e.start, e.end, False))
-        for d in range(ndir):
-            for m in range(per_dir):
-                for k in range(P):
-                    key, where = (d, m, k), f"micro-batch {m} direction {d} stage {k} (device {device(k, d)})"
-                    f, b, w = fwd.get(key, []), bwd.get(key, []), wgt.get(key, [])
-                    if len(f) != 1 or len(b) != 1:
-                        bad.append(f"{where}: {len(f)} forward and {len(b)} backward chunks, expected one each")
-                        continue
-                    split = b[0][2]
-                    if len(w) != int(split):
-                        bad.append(f"{where}: {len(w)} W events for a {'split' if split else 'full'} backward")
-                    if k > 0 and len(fwd.get((d, m, k - 1), [])) == 1 and f[0][0] < fwd[(d, m, k - 1)][0][1]:
-                        bad.append(f"{where}: forward starts before stage {k - 1}'s forward ends")
-                    if b[0][0] < f[0][1]:
-                        bad.append(f"{where}: backward starts before its forward ends")
-                    if k < P - 1 and len(bwd.get((d, m, k + 1), [])) == 1 and b[0][0] < bwd[(d, m, k + 1)][0][1]:
-                        bad.append(f"{where}: backward starts before stage {k + 1}'s backward ends")
-                    if split and len(w) == 1 and w[0][0] < b[0][1]:
-                        bad.append(f"{where}: W starts before its backward ends")
-        extra = (set(fwd) | set(bwd) | set(wgt)) - {(d, m, k) for d in range(ndir) for m in range(per_dir)
-                                                   for k in range(P)}
-        if extra:
-            bad.append(f"events for unknown chunks {sorted(extra)[:3]}")
-
-        ends = [e.end for evs in self.events for e in evs]
-        if not ends or self.makespan != max(ends):
-            bad.append(f"makespan {self.makespan} is not the last event's end")
-        peaks = []
-        for s, evs in enumerate(self.events):
-            busy = sum(e.end - e.start for e in evs)
-            if not close(busy, self.busy[s]) or not close(self.makespan - self.busy[s], self.stage_bubbles[s]):
-                bad.append(f"device {s}: busy {self.busy[s]} / bubble {self.stage_bubbles[s]} do not add up")
-            held = peak = 0
-            for e in sorted(evs, key=lambda e: e.start):
-                held += e.kind in ("F", "FB")
-                peak = max(peak, held)
-                held -= e.kind == "FB" or e.kind == "W" or (e.kind == "B" and not e.split)
-            peaks.append(peak)
-        if self.stage_bubbles and self.bubble != max(self.stage_bubbles):
-            bad.append(f"bubble {self.bubble} is not the largest stage bubble {max(self.stage_bubbles)}")
-        if tuple(peaks) != tuple(self.peak_activations) or self.activations != max(peaks, default=0):
-            bad.append(f"peak activations {self.peak_activations} / {self.activations}, recounted {peaks}")
-        if self.parameters != (2 if dual else 1):
-            bad.append(f"parameters {self.parameters}, expected {2 if dual else 1}")
-        if bad:
-            raise AssertionError(f"{self.schedule} timeline ({P} stages, {N} micro-batches) is invalid: "
-                                 + "; ".join(bad[:5]) + (f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""))
-        return self
-
-
-# ----------------------------------------------------------------------------------------------- the schedules
-
-
-class _Op(NamedTuple):
-    kind: str                 # "F", "B", "W", "FB"
-    mb: int
-    direction: int
-    split: bool = False       # B: input gradient only, its W later
-    b_mb: int | None = None   # FB: the backward half
-    b_direction: int | None = None
-
-
-def _ops_1f1b(P: int, N: int) -> list[list[_Op]]:
-    """Megatron's 1F1B: device s runs P-1-s warm-up forwards, then forward/backward pairs, then the rest."""
-    out = []
-    for s in range(P):
-        warm = min(P - 1 - s, N)
-        ops = [_Op("F", m, 0) for m in range(warm)]
-        for i in range(N - warm):
-            ops += [_Op("F", warm + i, 0), _Op("B", i, 0)]
-        out.append(ops + [_Op("B", N - warm + i, 0) for i in range(warm)])
-    return out
-
-
-def _ops_zb1p(P: int, N: int) -> list[list[_Op]]:
-    """ZB-H1 (Qi et al. 2023, arXiv 2401.10241, Figure 3): every backward split; device s runs triples
-    (F x, B x-(P-1-s), W x-(P-1)), so B leaves at once for the previous stage and each W lags its forward by P-1:
-    the deferred W's fill the cool-down bubbles while at most P micro-batches are in flight, as in 1F1B."""
-    out = []
-    for s in range(P):
-        ops = []
-        for x in range(N + P - 1):
-            if x < N:
-                ops.append(_Op("F", x, 0))
-            if 0 <= x - (P - 1 - s) < N:
-                ops.append(_Op("B", x - (P - 1 - s), 0, split=True))
-            if 0 <= x - (P - 1) < N:
-                ops.append(_Op("W", x - (P - 1), 0))
-        out.append(ops)
-    return out
-
-
-def _ops_dualpipe(P: int, N: int) -> list[list[_Op]]:
-    """The official DualPipe `step()` (github.com/deepseek-ai/DualPipe, dualpipe/dualpipe.py), phase by phase.
-
-    Device r holds stage r of direction 0 and stage P-1-r of direction 1. As in the code, "phase 0" is the
-    direction whose first stage is on this half of the pipeline, and split backwards queue their W's first in,
-    first out (WeightGradStore).
-    """
-    half, per_dir = P // 2, N // 2
-    out = []
-    for r in range(P):
-        h = min(r, P - 1 - r)
-        flip = int(r >= half)
-        middle = h == half - 1
-        nf, nb, wq, ops = [0, 0], [0, 0], [], []
-
-        def f(phase):
-            d = phase ^ flip
-            nf[d] += 1
-            return _Op("F", nf[d] - 1, d)
-
-        def b(phase, zb=False):
-            d = phase ^ flip
-            nb[d] += 1
-            if zb:
-                wq.append((nb[d] - 1, d))
-            return _Op("B", nb[d] - 1, d, split=zb)
-
-        def w():
-            m, d = wq.pop(0)
-            return _Op("W", m, d)
-
-        def fb(phase0, phase1):
-            x, y = f(phase0), b(phase1)
-            return _Op("FB", x.mb, x.direction, b_mb=y.mb, b_direction=y.direction)
-
-        ops += [f(0) for _ in range((half - h - 1) * 2)]                    # 1: nF0
-        for _ in range(h + 1):                                               # 2: nF0F1
-            ops += [f(0), f(1)]
-        for _ in range(half - h - 1):                                        # 3: nB1W1F1 (zero bubble)
-            ops += [b(1, zb=True), w(), f(1)]
-        for i in range(per_dir - P + h + 1):                                 # 4: nF0B1F1B0 (main)
-            if i == 0 and middle:  # the code does not overlap these two, to shrink the bubble
-                ops += [f(0), b(1)]
-            else:
-                ops.append(fb(0, 1))
-            ops.append(fb(1, 0))
-        for _ in range(half - h - 1):                                        # 5: nB1F1B0
-            ops += [b(1), fb(1, 0)]
-        zb = False
-        for i in range(h + 1):                                               # 6: nB1B0, second half split
-            if i == (h + 1) // 2 and h % 2 == 1:
-                zb = True
-            ops.append(b(1, zb))
-            if i == (h + 1) // 2 and h % 2 == 0:
-                zb = True
-            ops.append(b(0, zb))
-        for _ in range(half - h - 1):                                        # 7: nWB0 (zero bubble)
-            ops += [w(), b(0, zb=True)]
-        ops += [w() for _ in range(h + 1)]                                   # 8: nW
-        assert not wq and nf == nb == [per_dir, per_dir], (r, nf, nb, wq)
-        out.append(ops)
-    return out
-
-
-_BUILD = {"1f1b": _ops_1f1b, "zb1p": _ops_zb1p, "dualpipe": _ops_dualpipe}
 
 
 # --------------------------------------------------------------------------------------------------- validation
@@ -387,7 +112,7 @@ def simulate(schedule: str, stages: int, microbatches: int, F, B, W, FB=None) ->
                          f"pipeline), got {N}")
     f, b, w, fb, integral = _times(F, B, W, FB)
     try:
-        return _time(schedule, P, N, _BUILD[schedule](P, N), f, b, w, fb, integral)
+        return _time(schedule, P, N, BUILD[schedule](P, N), f, b, w, fb, integral)
     except _Deadlock as e:  # a schedule bug, not bad input
         raise RuntimeError(f"{schedule} schedule deadlocks: next operations {[op for _, op, _ in e.waiting][:4]}") \
             from None
@@ -398,7 +123,7 @@ class _Deadlock(Exception):
 
     def __init__(self, waiting):
         super().__init__(waiting)
-        self.waiting = waiting  # [(device, next _Op, [missing inputs (kind, direction, microbatch, stage)])]
+        self.waiting = waiting  # [(device, next Op, [missing inputs (kind, direction, microbatch, stage)])]
 
 
 def _time(schedule, P, N, ops, f, b, w, fb, integral) -> Timeline:
@@ -418,7 +143,7 @@ def _time(schedule, P, N, ops, f, b, w, fb, integral) -> Timeline:
     dur = {"F": f, "W": w, "FB": fb}
     done: dict[tuple, Fraction] = {}
     free, nxt = [Fraction(0)] * P, [0] * P
-    timed: list[list[tuple[_Op, Fraction, Fraction]]] = [[] for _ in range(P)]
+    timed: list[list[tuple[Op, Fraction, Fraction]]] = [[] for _ in range(P)]
     left = sum(map(len, ops))
     while left:
         moved = False
@@ -513,7 +238,7 @@ def time_orders(orders, F, B, W=0) -> Timeline:
                                  + (f"('{kind}', {extra[0]}) {seen.count(extra[0])} times" if extra
                                     else f"no ('{kind}', {lack[0]})"))
     f, b, w, fb, integral = _times(F, B, W, None)
-    ops = [[_Op(k, m, 0, split=(k == "B" and ("W", m) in row)) for k, m in row] for row in pairs]
+    ops = [[Op(k, m, 0, split=(k == "B" and ("W", m) in row)) for k, m in row] for row in pairs]
     try:
         return _time("custom", P, N, ops, f, b, w, fb, integral)
     except _Deadlock as e:
