@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import fp8lab
 from fp8lab.course import notebook
 from fp8lab.device import runtime
 from fp8lab.kernels import load
@@ -48,8 +47,8 @@ KERNELS = {
                                                                  "mma(_pack4(a, r + 8, 4 * t), _pack4(a, r, 4 * t)")),
     "fp8lab.kernels.swiglu.swiglu_quantize_kernel2": ("swiglu", 2, ("vals[j] = swiglu_value(va[j], vb[j])",
                                                                     "vals[j] = va[j] * vb[j]")),
-    "fp8lab.comm.overlap.copy_kernel": ("overlap", "copy", ("        while i < n:\n            dst8[i] = src8[i]\n"
-                                                       "            i += step", "")),
+    "fp8lab.comm.sm_budget.copy_kernel": ("sm_budget", "copy", ("        while i < n:\n            dst8[i] = src8[i]\n"
+                                                           "            i += step", "")),
 }
 
 
@@ -64,12 +63,12 @@ INVITED = {
     "fp8lab.kernels.fp8_gemm.fp8_gemm_kernel1": "`group_scale(sa, sb, m, n, 0)`",
     "fp8lab.kernels.tc_accum.mma_probe_kernel": "swapping the first two A registers, rows `r` and `r + 8`",
     "fp8lab.kernels.swiglu.swiglu_quantize_kernel2": "`vals[j] = va[j] * vb[j]`",
-    "fp8lab.comm.overlap.copy_kernel": "deleting the tail loop (the last `while i < n:` and its two lines)",
+    "fp8lab.comm.sm_budget.copy_kernel": "deleting the tail loop (the last `while i < n:` and its two lines)",
 }
 
 
 def _module(name: str):
-    return fp8lab.comm.overlap if name == "overlap" else load(name)
+    return importlib.import_module("fp8lab.comm.sm_budget") if name == "sm_budget" else load(name)
 
 
 def _cells(path: Path):

@@ -3,7 +3,8 @@
 Under the simulator the experiments run at their tiny sizes: they poison every output, run each configuration once
 and verify what arrives (the GEMM bit for bit against fp8_gemm.reference, copies byte for byte); nothing is timed,
 so every time is None. The structure checks (event order, every op present) are tested on synthetic timings here
-and on measured ones in the `gpu` tests. Speed is never asserted.
+and on measured ones in the `gpu` tests. Speed is never asserted. The experiments live in fp8lab.comm.streams and
+fp8lab.comm.sm_budget; fp8lab.comm.overlap keeps their public names.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from fp8lab import bench
 from fp8lab.device import hardware, runtime
 from fp8lab.bench import timing
 from fp8lab.comm import overlap as ov
+from fp8lab.comm import sm_budget as budget_experiment
+from fp8lab.comm import streams as streams_experiment
 from fp8lab.kernels import fp8_gemm as fg
 from fp8lab.device.runtime import cuda
 
@@ -117,7 +120,7 @@ def test_streams_runs_every_op_in_both_modes(sim_runs):
 
 def test_streams_catches_a_gemm_that_writes_nothing(rng, monkeypatch):
     # poisoned outputs: a GEMM that never ran must fail the experiment, not give a table
-    monkeypatch.setattr(ov, "_launch7", lambda *args, **kwargs: None)
+    monkeypatch.setattr(streams_experiment, "launch_gemm", lambda *args, **kwargs: None)
     with pytest.raises(AssertionError, match="NaN in the GEMM output"):
         ov.streams((5, 9, 100), 64, 64, repeat=1, rng=rng)
 
@@ -206,7 +209,7 @@ def test_sm_budget_runs_every_split(sim_runs):
 
 
 def test_sm_budget_catches_a_copy_that_moves_nothing(rng, monkeypatch):
-    monkeypatch.setattr(ov, "copy_persistent", lambda *args, **kwargs: None)
+    monkeypatch.setattr(budget_experiment, "copy_persistent", lambda *args, **kwargs: None)
     with pytest.raises(AssertionError, match="the copy on 1 SM.* did not deliver its buffer"):
         ov.sm_budget((5, 9, 100), 64, total_sms=2, splits=(1,), measure=False, rng=rng)
 
@@ -285,13 +288,33 @@ def test_command_runs_the_checks(sim_runs, monkeypatch, capsys):
     the fixture's runs here: they take seconds under the simulator)."""
     from fp8lab import cli
 
-    monkeypatch.setattr(ov, "streams", lambda **kwargs: sim_runs[0])
-    monkeypatch.setattr(ov, "sm_budget", lambda **kwargs: sim_runs[1])
+    monkeypatch.setattr(streams_experiment, "streams", lambda **kwargs: sim_runs[0])
+    monkeypatch.setattr(budget_experiment, "sm_budget", lambda **kwargs: sim_runs[1])
     assert ov.main(["--check-only"]) == 0
     out = capsys.readouterr().out
     assert "overlap: checks against the reference" in out and "copy_persistent" in out and "sm_budget: GEMM v7" in out
     assert cli.main(["bench", "overlap", "--check-only"]) == 0
     assert "streams: H2D" in capsys.readouterr().out
+
+
+def test_overlap_keeps_the_public_names_of_both_experiments():
+    for name in ("copy_kernel", "copy_persistent", "COPY_UNROLL", "COPY_THREADS", "COPY_SMEM", "Split",
+                 "SmBudgetResult", "sm_budget", "plot_sm_budget"):
+        assert getattr(ov, name) is getattr(budget_experiment, name), name
+    for name in ("TimedOp", "StreamsResult", "streams", "plot_timeline"):
+        assert getattr(ov, name) is getattr(streams_experiment, name), name
+
+
+def test_a_copy_kernel_tried_as_overlaps_is_sent_to_sm_budget(rng):
+    """The copy kernel runs from fp8lab.comm.sm_budget: try_kernel on fp8lab.comm.overlap (an older copy of lecture
+    09) would swap only overlap's name for it, so the checks refuse instead of checking the library's kernel."""
+    from fp8lab.course import notebook
+
+    ns: dict = {}
+    exec(notebook.editable_source("fp8lab.comm.sm_budget.copy_kernel"), ns)
+    with pytest.raises(ValueError, match=r"try_kernel\(sm_budget, 'copy', copy_kernel\)"):
+        notebook.try_kernel(ov, "copy", ns["copy_kernel"], rng=rng)
+    assert ov.copy_kernel is budget_experiment.copy_kernel  # put back
 
 
 # ---------------------------------------------------------------------------------------------------------------
