@@ -14,7 +14,7 @@ import warnings
 
 from .. import select as _backend
 from ..runtime import cuda
-from .intrinsics import HARDWARE
+from .base import HARDWARE
 
 
 class PTXUnavailableWarning(UserWarning):
