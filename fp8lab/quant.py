@@ -1,5 +1,5 @@
 """Public quantization API: `quantize`, `dequantize`, `QuantizedTensor`, `requantize_tile_to_col`.
-(`fp8_gemm` on QuantizedTensors lives in kernels/fp8_gemm.py.)
+(`fp8_gemm` on QuantizedTensors lives in kernels/fp8_gemm/.)
 
 Granularity "tensor" (one current scale per tensor) is implemented by the kernels in kernels/quantize.py; the
 fine-grained ones (row, 1x128 tile, 128x128 block, MX groups of 32) by kernels/quantize_fine.py. fp8lab/numerics/spec.py

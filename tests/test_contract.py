@@ -27,8 +27,11 @@ LAYERS = {
     1: ("device.simgaps", "device.pool", "device.runtime"),
     2: ("device.ptx", "device.ptx.base", "device.ptx.conversions", "device.ptx.memory", "device.ptx.mma",
         "device.ptx.wgmma", "device.ptx.compile"),
-    3: ("bench.timing", "bench", "course.recorded", "bench.triton_peer", "kernels", "kernels.common"),
-    4: tuple(f"kernels.{m}" for m in MODULES),
+    3: ("bench.timing", "bench", "course.recorded", "bench.triton_peer", "kernels", "kernels.common",
+        "kernels.versions"),
+    4: (*(f"kernels.{m}" for m in MODULES),
+        *(f"kernels.fp8_gemm.{m}" for m in ("simt", "tensor_cores", "table", "host", "reference", "checks", "timings",
+                                             "__main__"))),
     5: ("quant", "bench.overhead", "comm.overlap_common", "comm.streams", "comm.sm_budget", "comm.overlap",
         "training.engine_kernels", "training.engine_torch", "training.loop",
         "course.check", "course.check._core", *(f"course.check.ws{n}" for n in range(1, 11)), "course.check._lecture",
@@ -131,9 +134,14 @@ def test_numpy_spec_modules_import_no_numba():
 
 
 def test_kernel_modules_import_no_other_kernel_module():
+    graph = _graph()
+    shared = {"kernels.common", "kernels.versions"}  # shared device code; the version table's record
     for name in MODULES:
-        targets = _graph()[f"kernels.{name}"]
-        others = {t for t in targets if t.startswith("kernels.") and t != "kernels.common"}
+        own = f"kernels.{name}"
+        parts = [m for m in graph if m == own or m.startswith(own + ".")]  # a package's modules too
+        targets = set().union(*(graph[m] for m in parts))
+        others = {t for t in targets if t.startswith("kernels.") and t not in shared and t != own
+                  and not t.startswith(own + ".")}
         assert not others, f"kernels.{name} imports {others}: shared device code belongs in kernels.common"
 
 
@@ -173,8 +181,9 @@ def test_numbers_live_in_one_place(value):
 
 
 def test_registry_lists_every_kernel_module():
-    files = {p.stem for p in (PKG / "kernels").glob("*.py")} - {"__init__", "common"}
-    assert files == set(MODULES)
+    files = {p.stem for p in (PKG / "kernels").glob("*.py")} - {"__init__", "common", "versions"}
+    packages = {p.parent.name for p in (PKG / "kernels").glob("*/__init__.py")}
+    assert files | packages == set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

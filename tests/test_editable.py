@@ -41,7 +41,7 @@ KERNELS = {
     "fp8lab.kernels.cast.encode_e4m3_sat_hw_kernel": ("cast", 2, ("i = cuda.grid(1)", "i = cuda.grid(1) + 1")),
     "fp8lab.kernels.quantize_fine.tile_fused_kernel2": ("quantize_fine", 2, ("        m = warp_max(m)\n", "")),
     "fp8lab.kernels.gemm.gemm_kernel3": ("gemm", 3, ("range(0, K, T3)", "range(0, K - T3, T3)")),
-    "fp8lab.kernels.fp8_gemm.fp8_gemm_kernel1": ("fp8_gemm", 1, ("partial * group_scale(sa, sb, m, n, k0 // GROUP_K)",
+    "fp8lab.kernels.fp8_gemm.simt.fp8_gemm_kernel1": ("fp8_gemm", 1, ("partial * group_scale(sa, sb, m, n, k0 // GROUP_K)",
                                                                  "partial * group_scale(sa, sb, m, n, 0)")),
     "fp8lab.kernels.tc_accum.mma_probe_kernel": ("tc_accum", 1, ("mma(_pack4(a, r, 4 * t), _pack4(a, r + 8, 4 * t)",
                                                                  "mma(_pack4(a, r + 8, 4 * t), _pack4(a, r, 4 * t)")),
@@ -60,7 +60,7 @@ INVITED = {
     "fp8lab.kernels.cast.encode_e4m3_sat_hw_kernel": "`i = cuda.grid(1) + 1`",
     "fp8lab.kernels.quantize_fine.tile_fused_kernel2": "deleting `m = warp_max(m)`",
     "fp8lab.kernels.gemm.gemm_kernel3": "`for k0 in range(0, K - T3, T3):`",
-    "fp8lab.kernels.fp8_gemm.fp8_gemm_kernel1": "`group_scale(sa, sb, m, n, 0)`",
+    "fp8lab.kernels.fp8_gemm.simt.fp8_gemm_kernel1": "`group_scale(sa, sb, m, n, 0)`",
     "fp8lab.kernels.tc_accum.mma_probe_kernel": "swapping the first two A registers, rows `r` and `r + 8`",
     "fp8lab.kernels.swiglu.swiglu_quantize_kernel2": "`vals[j] = va[j] * vb[j]`",
     "fp8lab.comm.sm_budget.copy_kernel": "deleting the tail loop (the last `while i < n:` and its two lines)",
@@ -217,7 +217,7 @@ def test_try_kernel_refuses_a_factory_copy_whose_constants_changed(rng):
     """Lecture 06 reuses `bits` as a loop variable after the editable cell: the copy must not run with it."""
     from fp8lab.kernels import fp8_gemm as fg
 
-    target = "fp8lab.kernels.fp8_gemm.fp8_gemm_kernel1"
+    target = "fp8lab.kernels.fp8_gemm.simt.fp8_gemm_kernel1"
     ns: dict = {}
     exec(notebook.editable_source(target), ns)
     ns["bits"] = 15
@@ -229,7 +229,7 @@ def test_try_kernel_refuses_a_factory_copy_whose_constants_changed(rng):
 def test_try_kernel_swaps_a_factory_kernel_in_the_cache():
     from fp8lab.kernels import fp8_gemm as fg
 
-    target = "fp8lab.kernels.fp8_gemm.fp8_gemm_kernel1"
+    target = "fp8lab.kernels.fp8_gemm.simt.fp8_gemm_kernel1"
     library = notebook.library_kernel(target)
     assert library is fg.kernels(1, 2, -1, 0)[1]
     copy = _compile(notebook.editable_source(target))
@@ -308,7 +308,7 @@ def test_show_prints_an_excerpt_with_where_it_is(capsys):
 
     notebook.show(fg.make_kernel4, lines=("for kt in range(nk):", "wait_copies()"))
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("# fp8lab/kernels/fp8_gemm.py:") and out[0].endswith(
+    assert out[0].startswith("# fp8lab/kernels/fp8_gemm/tensor_cores.py:") and out[0].endswith(
         f"(make_kernel4, {len(notebook._where(fg.make_kernel4)[2])} lines in all)")
     first, last = (int(x) for x in out[0].split(":")[1].split(" ")[0].split("-"))
     assert last - first + 1 == len(out) - 2 and out[1] == "for kt in range(nk):" and "wait_copies()" in out[-2]

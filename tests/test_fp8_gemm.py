@@ -237,7 +237,7 @@ def test_sms_limit_is_the_device(monkeypatch):
     assert fg.device_sms() == (fg.SIM_SMS if runtime.IS_SIM else cuda.get_current_device().MULTIPROCESSOR_COUNT)
     assert fg.check_sms(None, 7) == fg.device_sms() and fg.check_sms(1, 7) == 1
     assert fg.check_sms(fg.device_sms(), 7) == fg.device_sms() and fg.check_sms(None, 6) is None
-    monkeypatch.setattr(fg, "device_sms", lambda: 20)
+    monkeypatch.setattr(fg.host, "device_sms", lambda: 20)  # where check_sms reads it
     with pytest.raises(ValueError, match=r"1\.\.20 \(this device's SMs\), got 21"):
         fg.check_sms(21, 7)
     assert fg.tiles(129, 128) == 2 and fg.tiles(1, 1) == 1 and fg.tiles(300, 300) == 9

@@ -107,7 +107,7 @@ FACTORY_KERNELS = {
     # arguments are the configuration that module's checks run for that version, so the learner's copy (compiled
     # with these constants) is the one they launch
     "fp8lab.kernels.quantize_fine.tile_fused_kernel2": 'tile_kernels("e4m3", 128, "amax")[2]',
-    "fp8lab.kernels.fp8_gemm.fp8_gemm_kernel1": "kernels(1, 2, -1, 0)[1]",
+    "fp8lab.kernels.fp8_gemm.simt.fp8_gemm_kernel1": "kernels(1, 2, -1, 0)[1]",
     "fp8lab.kernels.tc_accum.mma_probe_kernel": 'kernel(1, "e4m3", "e4m3")',
 }
 
@@ -257,6 +257,24 @@ def editable_target(cell_source: str) -> str | None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _modules_of(module) -> list:
+    """[module] for a kernel module; for a package (fp8lab.kernels.fp8_gemm), it and its imported submodules."""
+    import sys
+
+    prefix = module.__name__ + "."
+    return [module] + [m for n, m in sorted(sys.modules.items()) if n.startswith(prefix) and m is not None]
+
+
+def _library_target(module, name: str) -> str:
+    """The editable target of the library's kernel `name` in `module`: module.name, or for a package the submodule
+    that defines it (e.g. fp8lab.kernels.fp8_gemm.simt.fp8_gemm_kernel1)."""
+    for mod in _modules_of(module):
+        target = f"{mod.__name__}.{name}"
+        if target in FACTORY_KERNELS or hasattr(getattr(mod, name, None), "py_func"):
+            return target
+    return f"{module.__name__}.{name}"
+
+
 def _swap(module, old, new) -> list:
     """Put `new` wherever `module`'s globals (and the dicts, tuples and Version rows they hold) or the kernel cache
     (runtime.cached) hold `old`; returns the undo list [(dict, key, previous value)]."""
@@ -282,10 +300,11 @@ def _swap(module, old, new) -> list:
             for k, v in list(value.items()):
                 visit(value, k, v, depth + 1)
 
-    g = vars(module)
-    for name, value in list(g.items()):
-        if not name.startswith("__"):
-            visit(g, name, value, 1)
+    for mod in _modules_of(module):
+        g = vars(mod)
+        for name, value in list(g.items()):
+            if not name.startswith("__"):
+                visit(g, name, value, 1)
     cache = runtime.kernel_cache()
     for key, value in list(cache.items()):
         visit(cache, key, value, 1)
@@ -332,7 +351,7 @@ def try_kernel(module, version, kernel, *, rng=None) -> Tried:
         raise TypeError(f"kernel must be a CUDA kernel (a function decorated with @cuda.jit), got "
                         f"{type(kernel).__name__} {kernel!r}")
     name = kernel.py_func.__name__
-    target = f"{module.__name__}.{name}"
+    target = _library_target(module, name)
     old = library_kernel(target)  # ValueError when the module has no kernel of that name
     seen = kernel.py_func.__globals__
     for n, cell in zip(old.py_func.__code__.co_freevars, old.py_func.__closure__ or ()):

@@ -30,7 +30,7 @@ FP32 accumulation: fp32 = float32(fp32 + a[k] * b[k]) in k order, one rounding p
 gives the same bits, since the product of two FP8 values is exact in float32). accum_bits=23 is an
 accumulator with float32's precision but truncating, which lands close to FP32 (see the tests).
 
-This is the arithmetic of fp8lab/kernels/fp8_gemm.py's `accum_bits` option, bit for bit: the kernel
+This is the arithmetic of fp8lab/kernels/fp8_gemm/simt.py's `accum_bits` option, bit for bit: the kernel
 processes k in the same order with the same groups. What the model does not know: the real order in which a
 WGMMA (m64nNk32) adds its 32 products and whether the accumulator joins the alignment of each group; the
 rounding of the real hardware's normalization; behaviour with NaN/Inf inputs (not modelled).

@@ -40,6 +40,7 @@ Policies:
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import numpy as np
 
@@ -78,6 +79,25 @@ POISON_CODE = 0x7F
 E8M0_NAN = 0xFF
 # RMSNorm's eps, rstd = 1 / sqrt(mean(y^2) + eps): kernels.rmsnorm and kernels.norm_quant share it.
 RMSNORM_EPS = np.float32(1e-6)
+
+
+
+class ScaleKind(enum.IntEnum):
+    """Which scale a GEMM operand's element (row r, K-group g) takes, as the FP8 GEMM kernels compile it in: one per
+    tensor, one per 1 x 128 tile (row r's group g), one per 128 x 128 block (rows r // 128, group g)."""
+
+    TENSOR = 0
+    TILE = 1
+    BLOCK = 2
+
+    @classmethod
+    def of(cls, granularity: str) -> "ScaleKind":
+        """The kind of a granularity the FP8 GEMM takes ("tensor", "tile" or "block")."""
+        kinds = {"tensor": cls.TENSOR, "tile": cls.TILE, "block": cls.BLOCK}
+        if granularity not in kinds:
+            raise ValueError(f"granularity must be one of {tuple(kinds)} for an FP8 GEMM operand, got {granularity!r}")
+        return kinds[granularity]
+
 
 _F32_MAX = np.float32(np.finfo(np.float32).max)
 _ONE = np.float32(1.0)

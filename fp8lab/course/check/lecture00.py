@@ -10,7 +10,7 @@ __all__ = ["ex2", "ex4", "intensity", "ridge", "LAYER"]
 
 LAYER = dict(M=64, N=256, K=512)
 """The course's layer: a batch of 64 through Linear(512 -> 256)."""
-_COPY_TBS = 4.3  # measured on one H200 for this course (lecture 00, BENCHMARKS.md): only a mistake model here
+_COPY_TBS = 4.3  # about the course's H200 copy rate (lecture 00, BENCHMARKS.md): only a mistake model here
 
 
 def intensity(M, N, K, in_bytes=1, out_bytes=4) -> float:
