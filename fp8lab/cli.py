@@ -43,9 +43,11 @@ def _train(args) -> int:
     if not args.no_plot:
         _output_path("--plot", args.plot)
 
+    from .numerics import recipes as R
+
     if args.torch and args.task != "chars":
         raise ValueError("--torch (the PyTorch rung) is only for --task chars")
-    baselines = ["fp32"] if args.task == "teacher" else ["fp32", "bf16"]
+    baselines = R.BASELINES[:1] if args.task == "teacher" else R.BASELINES
     recipes = [args.recipe] if args.no_baseline else [r for r in baselines if r != args.recipe] + [args.recipe]
     # every option goes through: fl.train names any that does not apply to the task
     common = dict(steps=args.steps, seed=args.seed, batch=args.batch, lr=args.lr, optimizer=args.optimizer,
@@ -66,8 +68,8 @@ def _train(args) -> int:
     if args.task == "teacher":
         print(f"\nbackend {h0.backend}, engine {h0.engine}: batch {h0.batch}, {h0.d_in} -> {h0.d_out}, "
               f"{h0.steps} steps, {h0.optimizer} lr {h0.lr:g}, seed {h0.seed}; noise floor {h0.floor:.4f}")
-        print(f"{'recipe':<12} {'final loss':>11} {'vs fp32':>8} {'eval':>8} {'EMA eval':>9} {'time':>8}")
-        base = hists[0].final_loss if hists[0].recipe == "fp32" else None
+        print(f"{'recipe':<12} {'final loss':>11} {'vs ' + baselines[0]:>8} {'eval':>8} {'EMA eval':>9} {'time':>8}")
+        base = hists[0].final_loss if hists[0].recipe == baselines[0] else None
         for h in hists:
             rel = "-" if base is None else f"{(h.final_loss - base) / base:+.2%}"
             print(f"{h.recipe:<12} {h.final_loss:>11.5f} {rel:>8} {h.eval_loss:>8.5f} {h.ema_loss:>9.5f} "
@@ -78,16 +80,16 @@ def _train(args) -> int:
               f"characters per step, width {m['context'] * m['embed']}, SwiGLU {m['hidden']}, {m['blocks']} blocks; "
               f"{h0.steps} steps, AdamW lr {h0.lr:g}, seed {h0.seed}"
               + (f"; {_outlier_note(m)}" if m.get("outliers", 1) != 1 else ""))
-        print(f"{'recipe':<13} {'moments':>7} {'train':>7} {'val (nats)':>10} {'val bpc':>8} {'vs fp32':>8} "
-              f"{'vs bf16':>8} {'EMA bpc':>8} {'step':>9}")
+        print(f"{'recipe':<13} {'moments':>7} {'train':>7} {'val (nats)':>10} {'val bpc':>8} "
+              + " ".join(f"{'vs ' + b:>8}" for b in baselines) + f" {'EMA bpc':>8} {'step':>9}")
         ref = {h.recipe: h.eval_loss for h in hists}
         for h in hists:
-            rel = [f"{(h.eval_loss - ref[b]) / ref[b]:+.2%}" if b in ref else "-" for b in ("fp32", "bf16")]
+            rel = [f"{(h.eval_loss - ref[b]) / ref[b]:+.2%}" if b in ref else "-" for b in baselines]
             print(f"{h.recipe:<13} {h.model['moments']:>7} {h.final_loss:>7.4f} {h.eval_loss:>10.4f} "
-                  f"{h.eval_bpc:>8.4f} {rel[0]:>8} {rel[1]:>8} {corpus.bits_per_char(h.ema_loss):>8.4f} "
-                  f"{h.step_ms:>7.1f}ms")
+                  f"{h.eval_bpc:>8.4f} " + " ".join(f"{r:>8}" for r in rel)
+                  + f" {corpus.bits_per_char(h.ema_loss):>8.4f} {h.step_ms:>7.1f}ms")
         if args.torch:
-            _torch_row(h0, m)
+            _torch_row(args, common, baselines, ref)
         timed = [h for h in hists if h.breakdown]
         if timed:  # kernels on a GPU: where each recipe's step goes
             print("\nGPU time per step by op (ms; after the first steps, which compile kernels):")
@@ -121,25 +123,27 @@ def _outlier_note(m) -> str:
             f"{m['outliers']:g}: fp32 and bf16 unchanged)")
 
 
-def _torch_row(h, m) -> None:
-    """The PyTorch rung (fp8lab.training.engine_torch): the same model, weights and batches, BF16 autocast, when
-    installed."""
+def _torch_row(args, common, baselines, ref) -> None:
+    """The PyTorch rung (engine="torch", fp8lab.training.engine_torch): the same model, weights and batches, BF16
+    autocast, when PyTorch is installed."""
     import importlib.util
+
+    import fp8lab as fl
+
+    from .training import corpus
 
     if importlib.util.find_spec("torch") is None:
         print("PyTorch is not installed: no PyTorch row (pip install torch)")
         return
-    from .training import corpus, model as lm, engine_torch as lm_torch
-
-    cfg = lm.Config(**{k: v for k, v in m.items() if k != "moments"})
-    t = lm_torch.train(cfg, h.steps, h.batch, h.lr, h.seed)
-    print(f"{'PyTorch bf16':<13} {'fp32':>7} {float(np.mean(t['loss'][-max(1, len(t['loss']) // 10):])):>7.4f} "
-          f"{t['val_loss']:>10.4f} {corpus.bits_per_char(t['val_loss']):>8.4f} {'':>8} {'':>8} {'-':>8} "
-          f"{t['step_ms']:>7.1f}ms  (autocast, {t['device']}; its validation uses 4 batches)")
+    h = fl.train(baselines[-1], **dict(common, engine="torch", moments=None))
+    rel = [f"{(h.eval_loss - ref[b]) / ref[b]:+.2%}" if b in ref else "-" for b in baselines]
+    print(f"{'PyTorch ' + h.recipe:<13} {h.model['moments']:>7} {h.final_loss:>7.4f} {h.eval_loss:>10.4f} "
+          f"{h.eval_bpc:>8.4f} " + " ".join(f"{r:>8}" for r in rel) + f" {'-':>8} {h.step_ms:>7.1f}ms  (autocast, "
+          f"{h.device}; no EMA)")
 
 
 def _generate(args) -> int:
-    from .training import checkpoint, corpus, model as lm
+    from .training import checkpoint, corpus, engine_reference
 
     cfg, recipe, weights = checkpoint.model_of(args.source)
     c = corpus.load()
@@ -150,8 +154,8 @@ def _generate(args) -> int:
         raise ValueError(f"chars must be a positive int, got {args.chars}")
     if not args.temperature > 0:
         raise ValueError(f"temperature must be a positive number, got {args.temperature}")
-    ids = lm.generate(lm.Model(cfg, recipe), weights, prompt, args.chars, np.random.default_rng(args.seed),
-                      args.temperature)
+    ids = engine_reference.generate(engine_reference.Model(cfg, recipe), weights, prompt, args.chars,
+                                    np.random.default_rng(args.seed), args.temperature)
     print(args.prompt + c.decode(ids))
     return 0
 
@@ -250,11 +254,14 @@ def _main(argv: list[str]) -> int:
         return worksheets.main(rest[1:], prog="fp8lab grade")
     if len(rest) >= 2 and rest[0] == "bench" and rest[1].startswith("-") and rest[1] not in ("-h", "--help"):
         rest = ["bench", "all", *rest[1:]]  # `fp8lab bench --check-only` means every module
+    from .numerics import recipes as R  # NumPy only: the backend is still unchosen
+
     p = argparse.ArgumentParser(prog="fp8lab", description="FP8 training course: kernels, checks, benchmarks. "
                                 "Put --backend before the command: fp8lab --backend sim info.")
     p.add_argument("--backend", choices=("gpu", "sim"), help="force a backend (same as FP8LAB_BACKEND)")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     i = sub.add_parser("info", help="backend, device and library versions")
+    sub.add_parser("recipes", help="the training recipes: each GEMM operand's format and scaling, and the rest")
 
     t = sub.add_parser("train", help="train with an FP8 recipe (and baselines) and plot the loss")
     for sp in (i, t):
@@ -263,8 +270,9 @@ def _main(argv: list[str]) -> int:
     t.add_argument("--task", default="teacher", choices=("teacher", "chars"),
                    help="teacher: one Linear + RMSNorm layer fitted to a teacher; chars: a character-level language "
                         "model of Tiny Shakespeare (default: %(default)s)")
-    t.add_argument("--recipe", default="fp8-tensor", choices=("fp32", "bf16", "fp8-tensor", "fp8-deepseek"),
-                   help="the recipe to train, beside an FP32 baseline (chars: and a BF16 one) (default: %(default)s)")
+    t.add_argument("--recipe", default="fp8-tensor", choices=tuple(R.RECIPES),
+                   help=f"the recipe to train, beside a {R.BASELINES[0]} baseline (chars: and a {R.BASELINES[1]} "
+                        "one); `fp8lab recipes` describes each (default: %(default)s)")
     t.add_argument("--steps", type=int, help="default: 600 (teacher) or 250 (chars) on a GPU; 20 or 3 on the "
                                              "simulator")
     t.add_argument("--seed", type=int, default=0, help="default: %(default)s")
@@ -279,8 +287,8 @@ def _main(argv: list[str]) -> int:
     t.add_argument("--embed", type=int, help="chars: embedding width per character (default 32; 16 simulated)")
     t.add_argument("--hidden", type=int, help="chars: SwiGLU width (default 1024; 16 simulated)")
     t.add_argument("--blocks", type=int, help="chars: residual blocks (default 4; 1 simulated)")
-    t.add_argument("--moments", choices=("bf16", "fp32"),
-                   help="chars: AdamW moments' storage (default: bf16 in fp8-deepseek, else fp32)")
+    t.add_argument("--moments", choices=R.MOMENTS,
+                   help="chars: AdamW moments' storage (default: the recipe's: bf16 in fp8-deepseek, else fp32)")
     t.add_argument("--eval-batches", type=int, help="chars: batches of validation windows (default 8 on a GPU, 1 "
                                                     "simulated)")
     t.add_argument("--outliers", type=float, metavar="S",
@@ -294,9 +302,10 @@ def _main(argv: list[str]) -> int:
     t.add_argument("--torch", action="store_true", help="chars: add the PyTorch rung (the same model in PyTorch, "
                                                         "BF16 autocast) as a loss and speed peer, if installed")
     t.add_argument("--eval-every", type=int, help="chars: steps between validation losses (default 50; 3 simulated)")
-    t.add_argument("--engine", default="kernels", choices=("kernels", "reference"),
-                   help="Numba-CUDA kernels, or the same arithmetic in NumPy")
-    t.add_argument("--no-baseline", action="store_true", help="skip the FP32 run")
+    t.add_argument("--engine", default="kernels", choices=("kernels", "reference", "torch"),
+                   help="Numba-CUDA kernels, the same arithmetic in NumPy, or (chars, float32 and bfloat16 recipes) "
+                        "the same model in PyTorch (default: %(default)s)")
+    t.add_argument("--no-baseline", action="store_true", help="skip the baseline runs")
     t.add_argument("--plot", default=os.path.join("runs", "train_loss.png"), help="where to write the plot")
     t.add_argument("--no-plot", action="store_true")
     t.add_argument("--json", help="also write the histories as JSON")
@@ -365,6 +374,9 @@ def _main(argv: list[str]) -> int:
     try:
         if args.cmd == "info":
             fp8lab.info(show=True)
+            return 0
+        if args.cmd == "recipes":
+            print("\n".join(r.describe() for r in R.RECIPES.values()))
             return 0
         if args.cmd == "train":
             return _train(args)

@@ -476,7 +476,8 @@ TRAIN = [
     (dict(ema_decay=float("nan")), ValueError, r"^ema_decay must be a number in \[0, 1\)"),
     # out of range
     (dict(recipe="fp16"), ValueError, r"^recipe must be one of"),
-    (dict(engine="torch"), ValueError, r"^engine must be one of"),
+    (dict(engine="jax"), ValueError, r"^engine must be one of"),
+    (dict(engine="torch"), ValueError, r"^engine='torch' trains task='chars'"),
     (dict(optimizer="lion"), ValueError, r"^optimizer must be one of"),
     (dict(seed=-1), ValueError, r"^seed must be a non-negative int, got -1"),
     (dict(batch=-1), ValueError, r"^batch must be a positive int"),

@@ -22,8 +22,9 @@ PKG = pathlib.Path(fp8lab.__file__).parent
 LAYERS = {
     0: ("_validate", "numerics", "numerics.formats", "numerics.spec", "numerics.accum", "numerics.scaling",
         "device", "device.select", "device.hardware", "course", "course.plotting", "training", "training.corpus",
-        "training.model", "training.checkpoint", "comm", "comm.moe", "comm.moe_reference", "comm.moe_alltoall",
-        "comm.moe_cost", "comm.pipeline", "comm.pipeline_schedules", "comm.pipeline_timeline"),
+        "training.model", "training.checkpoint", "training.engine_reference", "comm", "comm.moe", "comm.pipeline",
+        "numerics.recipes", "numerics.ops", "comm.moe_reference", "comm.moe_alltoall", "comm.moe_cost",
+        "comm.pipeline_schedules", "comm.pipeline_timeline"),
     1: ("device.simgaps", "device.pool", "device.runtime"),
     2: ("device.ptx", "device.ptx.base", "device.ptx.conversions", "device.ptx.memory", "device.ptx.mma",
         "device.ptx.wgmma", "device.ptx.compile"),
@@ -31,9 +32,11 @@ LAYERS = {
         "kernels.versions"),
     4: (*(f"kernels.{m}" for m in MODULES),
         *(f"kernels.fp8_gemm.{m}" for m in ("simt", "tensor_cores", "table", "host", "reference", "checks", "timings",
-                                             "__main__"))),
-    5: ("quant", "bench.overhead", "comm.overlap_common", "comm.streams", "comm.sm_budget", "comm.overlap",
-        "training.engine_kernels", "training.engine_torch", "training.loop",
+                                             "__main__")),
+        *(f"kernels.norm_quant.{m}" for m in ("__main__", "layout", "simple", "ring", "warp_rows", "host",
+                                              "references", "harness"))),
+    5: ("quant", "bench.overhead", "comm.overlap", "training.engine_kernels", "training.engine_torch", "training.loop",
+        "training.teacher", "comm.overlap_common", "comm.streams", "comm.sm_budget",
         "course.check", "course.check._core", *(f"course.check.ws{n}" for n in range(1, 11)), "course.check._lecture",
         *(f"course.check.lecture{n:02d}" for n in range(10)), "course.worksheets", "course.notebook", "cli",
         "__init__"),
@@ -135,14 +138,12 @@ def test_numpy_spec_modules_import_no_numba():
 
 def test_kernel_modules_import_no_other_kernel_module():
     graph = _graph()
-    shared = {"kernels.common", "kernels.versions"}  # shared device code; the version table's record
     for name in MODULES:
         own = f"kernels.{name}"
-        parts = [m for m in graph if m == own or m.startswith(own + ".")]  # a package's modules too
-        targets = set().union(*(graph[m] for m in parts))
-        others = {t for t in targets if t.startswith("kernels.") and t not in shared and t != own
-                  and not t.startswith(own + ".")}
-        assert not others, f"kernels.{name} imports {others}: shared device code belongs in kernels.common"
+        for m in (m for m in graph if m == own or m.startswith(own + ".")):  # a package's files import each other
+            others = {t for t in graph[m] if t.startswith("kernels.") and t != own and not t.startswith(own + ".")
+                      and t not in ("kernels.common", "kernels.versions")}
+            assert not others, f"{m} imports {others}: shared device code belongs in kernels.common"
 
 
 def test_no_module_uses_another_modules_private_names():
@@ -182,7 +183,7 @@ def test_numbers_live_in_one_place(value):
 
 def test_registry_lists_every_kernel_module():
     files = {p.stem for p in (PKG / "kernels").glob("*.py")} - {"__init__", "common", "versions"}
-    packages = {p.parent.name for p in (PKG / "kernels").glob("*/__init__.py")}
+    packages = {p.parent.name for p in (PKG / "kernels").glob("*/__init__.py")}  # a kernel module split into files
     assert files | packages == set(MODULES)
 
 

@@ -1,4 +1,4 @@
-"""The capstone's model in NumPy (fp8lab.training.model): gradients, the recipes' GEMMs, AdamW with bfloat16 moments."""
+"""The capstone's model in NumPy (fp8lab.training.model, engine_reference): gradients, the recipes' GEMMs, AdamW with bfloat16 moments."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from fp8lab.training import corpus, model as lm
+from fp8lab.training import engine_reference as numpy_engine
+from fp8lab.numerics import recipes
 from fp8lab.numerics import formats, spec
 
 CFG = lm.Config(vocab=65, context=4, embed=40, hidden=150, blocks=2)  # width 160: partial 1 x 128 tiles
@@ -18,7 +20,7 @@ def _batch(rng, M=37):
 @pytest.mark.parametrize("name", ["head", "gf", "w2_1", "w1_0", "g0", "emb"])
 def test_fp32_gradients_match_finite_differences(rng, name):
     ids, tgt = _batch(rng)
-    model, p = lm.Model(CFG, "fp32"), lm.init_params(CFG, 3)
+    model, p = numpy_engine.Model(CFG, "fp32"), lm.init_params(CFG, 3)
     _, g = model.loss(p, ids, tgt)
     # Along the gradient plus a random part (so that a wrong gradient cannot hide in a direction it leaves out),
     # scaled to a random direction's length: the derivative is large against the float32 noise of the two
@@ -36,7 +38,7 @@ def test_deepseek_linear_uses_tiles_blocks_and_the_cached_fp8_input(rng):
     x = rng.standard_normal((130, 300)).astype(np.float32)
     w = (rng.standard_normal((200, 300)) * 0.05).astype(np.float32)
     dy = rng.standard_normal((130, 200)).astype(np.float32)
-    lin = lm.Linear("fp8-deepseek")
+    lin = numpy_engine.Linear("fp8-deepseek")
     y = lin.forward(x, w)
     dx, dw = lin.backward(dy)
     G = spec.GROUP_K
@@ -53,15 +55,15 @@ def test_deepseek_linear_uses_tiles_blocks_and_the_cached_fp8_input(rng):
         assert 0 < np.linalg.norm(got - want) / np.linalg.norm(want) < 0.05
 
 
-@pytest.mark.parametrize("recipe", lm.RECIPES)
+@pytest.mark.parametrize("recipe", recipes.RECIPES)
 def test_every_recipe_learns_and_stays_close_to_fp32(rng, recipe):
     c = corpus.load()
     cfg = lm.Config(c.vocab_size, 4, 32, 128, 1)
     losses = {}
     for r in ("fp32", recipe):
         batches = np.random.default_rng(7)
-        model, p = lm.Model(cfg, r), lm.init_params(cfg, 1)
-        opt = lm.AdamW(p, 3e-3)
+        model, p = numpy_engine.Model(cfg, r), lm.init_params(cfg, 1)
+        opt = numpy_engine.AdamW(p, 3e-3)
         first = None
         for _ in range(40):
             loss, g = model.loss(p, *c.batch(batches, "train", 64, cfg.context))
@@ -77,14 +79,14 @@ def test_adamw_stores_bfloat16_moments_unless_asked(rng):
     p = {"w1_0": rng.standard_normal((8, 8)).astype(np.float32), "g0": np.ones(8, np.float32)}
     g = {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in p.items()}
     for moments in ("bf16", "fp32"):
-        opt = lm.AdamW({k: v.copy() for k, v in p.items()}, 1e-3, moments=moments)
+        opt = numpy_engine.AdamW({k: v.copy() for k, v in p.items()}, 1e-3, moments=moments)
         q = {k: v.copy() for k, v in p.items()}
         opt.step(q, g)
         opt.step(q, g)
         is_bf16 = all(np.array_equal(formats.round_bf16(m), m) for m in list(opt.m.values()) + list(opt.v.values()))
         assert is_bf16 == (moments == "bf16")
     with pytest.raises(ValueError, match="moments"):
-        lm.AdamW(p, 1e-3, moments="fp16")
+        numpy_engine.AdamW(p, 1e-3, moments="fp16")
 
 
 @pytest.mark.parametrize("kwargs,exc,words", [
@@ -99,4 +101,4 @@ def test_config_errors_name_the_argument(kwargs, exc, words):
 
 def test_unknown_recipe():
     with pytest.raises(ValueError, match="recipe"):
-        lm.Model(CFG, "fp16")
+        numpy_engine.Model(CFG, "fp16")

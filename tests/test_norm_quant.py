@@ -1,4 +1,4 @@
-"""Fused bias + RMSNorm + 1x128 E4M3 tile quantization (fp8lab/kernels/norm_quant.py) and its backward.
+"""Fused bias + RMSNorm + 1x128 E4M3 tile quantization (fp8lab/kernels/norm_quant/) and its backward.
 
 Only rstd depends on the order of a kernel's additions, so it is checked against float64 with a tolerance; given the
 rstd a kernel wrote, its codes, scales and z are checked bit for bit against the NumPy reference. dx and gy are
@@ -17,6 +17,8 @@ from fp8lab.numerics import formats, spec
 from fp8lab.bench import assert_close, assert_codes_equal, poisoned
 from fp8lab.kernels import elementwise
 from fp8lab.kernels import norm_quant as nq
+from fp8lab.kernels.norm_quant import host as nq_host
+from fp8lab.device import runtime
 from fp8lab.device.runtime import cuda
 
 U = 2.0**-24  # float32's unit roundoff
@@ -173,15 +175,16 @@ def test_forward4_staging_pass_past_the_row(rng):
 def test_forward4_below_its_capability_runs_version2(rng, monkeypatch):
     """Rows over 2048 go to version 3, which needs compute capability 9.0 with a bias (its L2 prefetch): on an
     older GPU the default (version 4) runs version 2 there, while version 3 itself says what it needs."""
-    monkeypatch.setattr(nq.runtime, "compute_capability", lambda: (8, 0))
+    monkeypatch.setattr(runtime, "compute_capability", lambda: (8, 0))
     x, b, g, _ = nq.make_inputs(rng, 2, 2052, True)
 
     def no_version3(*args):
         raise AssertionError("version 3 was launched")
 
     with monkeypatch.context() as m:
-        m.setattr(nq, "_resident_blocks", no_version3)  # every launch of version 3 asks it for its grid
+        m.setattr(nq_host, "_resident_blocks", no_version3)  # every launch of version 3 asks it for its grid
         check_forward(x, b, g, *launch_forward(x, b, g, 4))
+    assert nq.needs3(False) is nq.VERSIONS[3].needs and nq.needs3(False).ok((8, 0)) and not nq.needs3(True).ok((8, 0))
     with pytest.raises(ValueError, match=r"version 3 runs cp.async.bulk.prefetch.L2 \(rows with a bias\), which needs "
                                          r"compute capability 9.0 or newer; this device has compute capability 8.0"):
         launch_forward(x, b, g, 3)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fp8lab.numerics import formats
-from fp8lab.training import model as lm
+from fp8lab.training import engine_reference as numpy_engine
 from fp8lab.device import runtime
 from fp8lab.bench import assert_codes_equal
 from fp8lab.kernels import optim
@@ -76,7 +76,7 @@ def test_adamw_moments_really_are_bfloat16(rng, n):
 
 
 def test_reference_adamw_is_lm_adamw(rng):
-    """reference_adamw on each parameter (weight_decay 0 where lm does not decay) is lm.AdamW.step bit for bit,
+    """reference_adamw on each parameter (weight_decay 0 where the model does not decay) is numpy_engine.AdamW.step bit for bit,
     both moment kinds, over several steps: lm can call it instead of its own copy."""
     shapes = {"emb": (7, 5), "w1_0": (6, 11), "w2_0": (11, 3), "g_0": (11,), "head": (4, 9)}
     for moments in optim.MOMENTS:
@@ -84,7 +84,7 @@ def test_reference_adamw_is_lm_adamw(rng):
         ours = {k: v.copy() for k, v in params.items()}
         m = {k: np.zeros_like(v) for k, v in params.items()}
         v = {k: np.zeros_like(a) for k, a in params.items()}
-        theirs = lm.AdamW(params, lr=3e-3, moments=moments)
+        theirs = numpy_engine.AdamW(params, lr=3e-3, moments=moments)
         for t in range(1, 5):
             grads = {k: optim.adamw_gradients(rng, a.size).reshape(a.shape) for k, a in params.items()}
             theirs.step(params, grads)
@@ -100,7 +100,7 @@ def test_reference_adamw_is_lm_adamw(rng):
 
 def test_adamw_on_the_flat_buffer_is_lm_adamw(rng):
     """The device AdamW on lm's parameters laid end to end, with the decay mask lm's rule gives: the same bits as
-    lm.AdamW (under the simulator; a GPU may differ in last bits, see test_adamw_matches_the_twin)."""
+    numpy_engine.AdamW (under the simulator; a GPU may differ in last bits, see test_adamw_matches_the_twin)."""
     if not runtime.IS_SIM:
         pytest.skip("bit-for-bit equality with NumPy holds under the simulator; the GPU is checked with tolerance")
     shapes = {"emb": (5, 3), "w1_0": (6, 7), "g_0": (7,), "head": (3, 5)}
@@ -108,7 +108,7 @@ def test_adamw_on_the_flat_buffer_is_lm_adamw(rng):
     flat = np.concatenate([a.ravel() for a in params.values()])
     decay = np.concatenate([np.full(a.size, k.startswith(("w1_", "w2_", "head")), np.float32)
                             for k, a in params.items()])
-    theirs = lm.AdamW(params, lr=1e-2, moments="bf16")
+    theirs = numpy_engine.AdamW(params, lr=1e-2, moments="bf16")
     opt = optim.AdamW(flat.size, lr=1e-2, decay=decay, moments="bf16")
     dp = cuda.to_device(flat)
     for _ in range(3):

@@ -364,13 +364,13 @@ def test_public_calls_warn_before_launching_and_only_under_the_simulator(sim_war
     import warnings
 
     from fp8lab import quant
-    from fp8lab.training import loop as training
+    from fp8lab.training import teacher
     from fp8lab.kernels import fp8_gemm as fg
     from fp8lab.kernels import gemm as G
 
-    for module, name in ((G, "launch"), (fg, "launch"), (quant.qk, "TensorQuantizer"), (quant.qk, "dequantize"),
-                         (quant.qf, "requantize_tile_to_col"), (training, "_KernelStep"),
-                         (training, "_ReferenceStep")):
+    for module, name in ((G, "launch"), (fg.host, "launch"), (quant.qk, "TensorQuantizer"), (quant.qk, "dequantize"),
+                         (quant.qf, "requantize_tile_to_col"), (teacher, "KernelStep"),
+                         (teacher, "ReferenceStep")):
         monkeypatch.setattr(module, name, _launched)
     f32 = np.zeros((512, 512), np.float32)
     u8k = np.zeros((1024, 1024), np.uint8)  # fp8_gemm's default (wgmma's twin) simulates 512^3 in under a minute

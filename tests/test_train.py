@@ -14,12 +14,15 @@ import fp8lab
 from fp8lab.device import runtime
 
 from fp8lab.training import loop as T
+from fp8lab.training import teacher
+
+ENGINES = ("kernels", "reference")  # the two that must agree step by step
 
 
 @pytest.fixture(scope="module")
 def runs():
     """Each recipe once with each engine, at the backend's default sizes (seconds under the simulator)."""
-    return {(r, e): fp8lab.train(r, engine=e, progress=False) for r in T.RECIPES for e in T.ENGINES}
+    return {(r, e): fp8lab.train(r, engine=e, progress=False) for r in T.RECIPES for e in ENGINES}
 
 
 @pytest.mark.parametrize("recipe", T.RECIPES)
@@ -28,10 +31,10 @@ def test_kernels_follow_the_reference_curve(runs, recipe):
     assert len(k.loss) == len(ref.loss) == k.steps
     assert all(isinstance(v, float) for v in k.loss)
     rel = np.abs(np.array(k.loss) - ref.loss) / np.array(ref.loss)
-    assert rel.max() < T.REFERENCE_RTOL[recipe], f"max relative difference {rel.max():.2e} at step {rel.argmax() + 1}"
+    assert rel.max() < fp8lab.RECIPES[recipe].reference_rtol, f"max relative difference {rel.max():.2e} at step {rel.argmax() + 1}"
 
 
-@pytest.mark.parametrize("engine", T.ENGINES)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_loss_falls_and_fp8_stays_within_5_percent_of_fp32(runs, engine):
     h32, h8 = runs["fp32", engine], runs["fp8-tensor", engine]
     for h in (h32, h8):
@@ -57,10 +60,10 @@ def test_plot_losses(runs, tmp_path):
     assert len(fig.axes[0].lines) == 3  # two curves and the floor
 
 
-@pytest.mark.parametrize("engine", T.ENGINES)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_nan_stops_training_naming_the_step(monkeypatch, engine):
     calls = {"n": 0}
-    orig = T.Data.next
+    orig = teacher.Data.next
 
     def next_with_nan(self):
         calls["n"] += 1
@@ -69,7 +72,7 @@ def test_nan_stops_training_naming_the_step(monkeypatch, engine):
             x[0, 0] = np.nan
         return x, t
 
-    monkeypatch.setattr(T.Data, "next", next_with_nan)
+    monkeypatch.setattr(teacher.Data, "next", next_with_nan)
     with pytest.raises(fp8lab.TrainingDiverged, match="at step 2 of 3"):
         fp8lab.train("fp8-tensor", steps=3, engine=engine, progress=False)
 
@@ -83,7 +86,9 @@ def test_nan_stops_training_naming_the_step(monkeypatch, engine):
         (dict(steps=2.5), TypeError, "steps must be a positive int"),
         (dict(batch=-1), ValueError, "batch must be"),
         (dict(lr=float("nan")), ValueError, "lr must be a positive finite number"),
-        (dict(engine="torch"), ValueError, "engine must be one of"),
+        (dict(engine="jax"), ValueError, "engine must be one of"),
+        (dict(engine="torch"), ValueError, "engine='torch' trains task='chars'"),
+        (dict(recipe="fp8-deepseek", task="chars", engine="torch"), ValueError, "engine='torch' runs recipes whose GEMMs"),
         (dict(optimizer="lion"), ValueError, "optimizer must be one of"),
         (dict(seed=-3), ValueError, "seed must be a non-negative int"),
         (dict(ema_decay=1.0), ValueError, "ema_decay must be a number in"),
@@ -104,7 +109,7 @@ def test_sgd_runs():
     assert len(h.loss) == len(k.loss) == 3 and np.isfinite(h.loss).all() and np.isfinite(k.loss).all()
     # the kernels' SGD step follows the reference engine's
     rel = np.abs(np.array(k.loss) - h.loss) / np.array(h.loss)
-    assert rel.max() < T.REFERENCE_RTOL["fp32"], f"max relative difference {rel.max():.2e}"
+    assert rel.max() < fp8lab.RECIPES["fp32"].reference_rtol, f"max relative difference {rel.max():.2e}"
     # the optimizer is SGD, not Adam: the same first loss (same batch, same initial weights), then not
     adam = run(optimizer="adam")
     assert h.loss[0] == adam.loss[0] and h.loss[1] != adam.loss[1] and h.loss[2] != adam.loss[2]
@@ -162,7 +167,7 @@ SMALL = dict(task="chars", batch=8, context=2, embed=16, hidden=16, blocks=1, ev
 @pytest.fixture(scope="module")
 def chars_runs():
     """Each recipe once with each engine on the language model, 3 steps."""
-    return {(r, e): fp8lab.train(r, steps=3, engine=e, progress=False, **SMALL) for r in T.RECIPES for e in T.ENGINES}
+    return {(r, e): fp8lab.train(r, steps=3, engine=e, progress=False, **SMALL) for r in T.RECIPES for e in ENGINES}
 
 
 @pytest.mark.parametrize("recipe", T.RECIPES)
@@ -170,10 +175,10 @@ def test_chars_kernels_follow_the_reference(chars_runs, recipe):
     k, ref = chars_runs[recipe, "kernels"], chars_runs[recipe, "reference"]
     assert len(k.loss) == len(ref.loss) == k.steps and k.task == "chars"
     rel = np.abs(np.array(k.loss) - ref.loss) / np.array(ref.loss)
-    assert rel.max() < T.REFERENCE_RTOL[recipe], f"max relative difference {rel.max():.2e} at step {rel.argmax() + 1}"
-    assert abs(k.eval_loss - ref.eval_loss) / ref.eval_loss < T.REFERENCE_RTOL[recipe]
+    assert rel.max() < fp8lab.RECIPES[recipe].reference_rtol, f"max relative difference {rel.max():.2e} at step {rel.argmax() + 1}"
+    assert abs(k.eval_loss - ref.eval_loss) / ref.eval_loss < fp8lab.RECIPES[recipe].reference_rtol
     assert k.val_loss[-1][0] == k.steps and np.isfinite(k.ema_loss)
-    assert abs(k.ema_loss - ref.ema_loss) / ref.ema_loss < T.REFERENCE_RTOL[recipe]  # the CPU EMA, both engines
+    assert abs(k.ema_loss - ref.ema_loss) / ref.ema_loss < fp8lab.RECIPES[recipe].reference_rtol  # the CPU EMA, both engines
 
 
 def test_cpu_ema_adds_snapshots_in_order_off_the_main_thread(rng):
@@ -267,7 +272,7 @@ def test_chars_on_gpu_breakdown_is_measured_and_outliers_split_the_recipes():
     assert gap["fp8-tensor"] > 2 * abs(gap["fp8-deepseek"]) and abs(gap["fp8-deepseek"]) < 0.02, gap
 
 
-@pytest.mark.parametrize("engine", T.ENGINES)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_chars_resume_continues_to_the_same_losses(tmp_path, engine):
     kw = dict(SMALL, engine=engine, progress=False, eval_every=1)
     whole = fp8lab.train("fp8-deepseek", steps=3, **kw)
@@ -382,9 +387,9 @@ def test_outliers_leave_fp32_and_bf16_bit_for_bit_and_move_fp8():
 def test_outliers_kernels_follow_the_reference():  # the fused path (norm gain x d) and the scaled W1 and gradients
     recipe = "fp8-deepseek"
     kw = dict(SMALL, steps=2, progress=False, outliers=2.0**10)
-    k, ref = (fp8lab.train(recipe, engine=e, **kw) for e in T.ENGINES)
+    k, ref = (fp8lab.train(recipe, engine=e, **kw) for e in ENGINES)
     rel = np.abs(np.array(k.loss) - ref.loss) / np.array(ref.loss)
-    assert rel.max() < T.REFERENCE_RTOL[recipe], f"max relative difference {rel.max():.2e} at step {rel.argmax() + 1}"
+    assert rel.max() < fp8lab.RECIPES[recipe].reference_rtol, f"max relative difference {rel.max():.2e} at step {rel.argmax() + 1}"
 
 
 @pytest.mark.parametrize("value, exc", [(3.0, ValueError), (0.5, ValueError), (float("nan"), ValueError),

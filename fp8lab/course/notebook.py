@@ -157,7 +157,7 @@ def _is_constant(value) -> bool:
 def _module_imports(module) -> dict:
     """{name: import line} for the names module binds by import statements at its top level (absolute form)."""
     tree = ast.parse(inspect.getsource(module))
-    package = module.__name__.rsplit(".", 1)[0]
+    package = module.__package__  # a module's parent; a package's __init__: the package itself
     out = {}
     stack = list(tree.body)
     while stack:

@@ -9,33 +9,24 @@ x is float32 (M, K), C-contiguous. A "group" is the set of elements that share o
 | block       | block x block         | (ceil(M/block), ceil(K/block)) | DeepSeek-V3 weights (block = 128)   |
 | mx          | 1 x 32 (along K)      | (M, ceil(K/32)), E8M0 codes | OCP MX (MXFP8)                         |
 
-Tile quantize versions (VERSIONS):
-version 1: two passes: a warp per tile finds the amax and writes scale and inv_scale to global memory, then an
-           elementwise cast kernel reads x again and looks its tile's inv_scale up (9 bytes moved per element).
-version 2: fused: one warp per 1x128 tile; each lane loads 4 elements into registers, warp_max by 5
-           shuffles, computes the scale, casts its 4 registers and writes codes and scale (5 bytes per
-           element: x read once, no global round trip of the scales).
-version 3: fused and vectorized: 8 lanes per tile (4 tiles per warp, 16 elements per lane), four 16-byte
-           loads per lane (ld.global.v4.f32), 3 shuffles, the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32,
-           one 4-byte store per 4 codes. Needs K % 4 == 0 (aligned loads) and a group of 32..512 elements;
-           elsewhere quantize_tile runs version 2 (same codes, bit for bit). It can beat a copy's bandwidth: a
-           copy's bytes are half writes, a quantizer's a fifth (measurements: BENCHMARKS.md).
-The other kernels (one version each):
-row:     one thread block per row: block_max over the row, then the cast (fused, one launch; the second read
-         of the row hits L1/L2).
-block:   one thread block per block x block tile: block_max, then the cast (fused; a 128x128 float32 tile is
-         64 KiB, more than static shared memory, so the second read comes from L2).
-mx:      the tile kernel (version 3, or 2 where 3 does not apply) with groups of 32 and E8M0 scales.
-dequantize: elementwise, decode(code) * scale[r // group_rows, c // group_cols], any granularity.
-requantize_tile_to_col: 1 x block tiles of x -> block x 1 tiles, i.e. 1 x block tiles of x.T, from the codes
-         and scales only (see `requantize_tile_to_col`).
+version 1: tile, two passes: a warp per tile writes scale and inv_scale to global memory, then a cast kernel
+           reads x again.
+version 2: tile, fused: one warp per 1x128 tile, 4 elements a lane in registers, warp_max, cast, codes and scale
+           written (x read once).
+version 3: tile, fused and vectorized: 8 lanes per tile, 16-byte loads, the hardware cvt, 4-byte stores; where it
+           does not apply (`vector_ok`: K % 4 != 0, misaligned rows, a group not a multiple of 32 up to 512)
+           quantize_tile runs version 2, the same codes bit for bit. BEST.
+The other kernels (one version each): row (a block per row), block (a block per block x block tile), mx (the tile
+kernel with groups of 32 and E8M0 scales), dequantize (any granularity), requantize_tile_to_col (1 x block tiles
+of x -> 1 x block tiles of x.T, from the codes and scales).
 
 Scales and policies (scale modes "amax", "pow2", "mx_floor", "mx_ceil"; partial, all-zero and NaN/Inf groups)
 are those of fp8lab/numerics/spec.py, whose NumPy functions are the reference every kernel here matches bit for bit;
 `make_group_scale` is the same rule as a device function. A NaN that was in a tile poisons every 128 x 1 column
 group of requantize it reaches.
 
-Run `python -m fp8lab.kernels.quantize_fine` to check every kernel against the reference and time it.
+Run `python -m fp8lab.kernels.quantize_fine` to check every kernel against the reference and time it. How each
+kernel moves its bytes, and why: docs/notes/quantize_fine.md.
 TIP: a kernel that fails only on the GPU: run it under the simulator (FP8LAB_BACKEND=sim), where `print` and
 pdb work inside kernels; keep the shape small.
 """
@@ -55,6 +46,7 @@ from ..device.runtime import FULL_MASK, MAX_BLOCKS, WARP_SIZE, cuda, shfl_xor_sy
 from ..numerics.spec import AMAX_FLOOR, E8M0_NAN, EMAX_ELEM, FP8_MAX, MODES, MX_GROUP, POISON_CODE
 from ..device.ptx import ld_global_v4_f32
 from .common import CVT_X2, DECODE, ENCODE_SAT, block_max, nanmax, vec_ok, warp_max
+from .versions import Version
 
 THREADS = runtime.block_threads(256)  # row / block kernels: threads per block (one warp under the simulator)
 WARPS_PER_BLOCK = 4 if not runtime.IS_SIM else 1  # tile / mx kernels: one warp per tile
@@ -74,12 +66,8 @@ _HALF = np.float32(0.5)
 _ZERO = np.float32(0.0)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# The scale of one group (device function, one per (fmt, mode))
-# ----------------------------------------------------------------------------------------------------------------
-
-
 def make_group_scale(fmt: str, mode: str):
+    """The scale rule of one group (spec.group_scale) as a device function, one per (fmt, mode)."""
     fp8_max = FP8_MAX[fmt]
     emax = EMAX_ELEM[fmt]
     mx_mul = np.float32(2.0 ** -(1 + emax))  # 2^e (from frexp) * 2^-(1+emax) = 2^(floor(log2 amax) - emax)
@@ -202,14 +190,9 @@ def make_tile_kernel3(fmt: str, gk: int, mode: str):
     def tile_fused_kernel3(x, codes4, scale, scale_codes):
         """v3: LANES3 = 8 lanes per group, 16-byte loads, the hardware cvt, 4-byte stores.
 
-        A warp takes GROUPS3 = 4 neighbouring groups of one row, 8 lanes each. Lane l of a group owns the
-        float4s l, l + 8, l + 16, ... of it (16 elements of a 1 x 128 tile): every load instruction of the warp
-        reads 4 x 128 contiguous bytes, and all of a lane's loads are issued before the first shuffle (64 bytes
-        in flight per lane). The amax needs 3 shuffles inside the 8 lanes (xor 4, 2, 1) and the scale one
-        division per group; spread over 16 elements per lane instead of 4 (version 2), that per-group work no
-        longer dominates. codes4 is the codes array viewed as uint32 (M, K/4): four codes, packed by two
-        cvt.rn.satfinite.{e4m3,e5m2}x2.f32, leave in one 4-byte store. One unsigned 32-bit division per step
-        finds the row (a 64-bit division by a variable costs ~70 instructions).
+        A warp takes GROUPS3 = 4 neighbouring groups of one row, 8 lanes each; lane l of a group owns its float4s
+        l, l + 8, l + 16, ..., all loaded before the first shuffle. codes4 is codes viewed as uint32 (M, K/4).
+        One unsigned 32-bit division per step finds the row (docs/notes/quantize_fine.md).
         """
         vals = cuda.local.array(nvals, np.float32)
         M, K = x.shape
@@ -364,14 +347,10 @@ def make_requantize_kernel(fmt: str, g: int, mode: str):
 
     @cuda.jit
     def requantize_kernel(codes, scale, codes_t, scale_t):
-        """Block of 32 threads = 32 columns k0..k0+31 x g rows m0..m0+g-1 of the (M, K) codes.
-
-        Thread `lane` owns column k = k0 + lane: it decodes its g values in registers (codes are bytes, so
-        it reads them twice instead of keeping a float32 copy), finds their amax, re-encodes them into a
-        shared tile [32][g+4] (row = column of x), then the block writes that tile to codes_t (K, M) row by
-        row, lanes on consecutive bytes: both the reads and the writes are coalesced. Without the 4 bytes of
-        padding, tile[lane, i] would put every lane in the same shared-memory bank (a 32-way conflict).
-        """
+        """Block of 32 threads = 32 columns k0..k0+31 x g rows m0..m0+g-1 of the (M, K) codes. Thread `lane`
+        decodes column k0 + lane in registers (reading the bytes twice rather than keeping float32), finds their
+        amax, re-encodes them into a shared tile [32][g+4] (row = column of x), which the block writes to codes_t
+        row by row: reads and writes coalesced. The padding keeps tile[lane, i] off a single bank."""
         tile = cuda.shared.array((32, pitch), np.uint8)
         M, K = codes.shape
         ntm = scale_t.shape[1]
@@ -412,15 +391,6 @@ def tile_kernels(fmt: str, gk: int, mode: str):
     return runtime.cached(("quantize_fine.tile", fmt, gk, mode), lambda: make_tile_kernels(fmt, gk, mode))
 
 
-VERSIONS = {
-    1: "tile: two passes (amax kernel -> global scales, cast kernel)",
-    2: "tile: fused, one warp per 1x128 tile",
-    3: "tile: fused, 8 lanes per tile, 16-byte loads, hardware cvt, 4-byte stores",
-}
-BEST = 3
-"""quantize_tile's default; it falls back to version 2 where version 3 does not apply (`vector_ok`)."""
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Launchers: device arrays in, device arrays out (the caller allocates; quant.py does it for the public API)
 # ----------------------------------------------------------------------------------------------------------------
@@ -439,6 +409,39 @@ def vector_ok(x, codes, block: int) -> bool:
     return bool(vec_ok(x, 16) and vec_ok(codes, 4))
 
 
+def launch_tile1(x, codes, scale, fmt, block, mode, scale_codes, inv_scale) -> None:
+    """Version 1: the amax kernel writes scale and inv_scale (scratch, allocated when None), the cast reads x again."""
+    amax_k, cast_k, _ = tile_kernels(fmt, block, mode)
+    if inv_scale is None:
+        inv_scale = cuda.device_array(scale.shape, np.float32)
+    amax_k[_warp_grid(scale.size)](x, scale, inv_scale, scale_codes)
+    cast_k[runtime.grid_1d(x.size, ELEMENTWISE_THREADS, MAX_BLOCKS)](x, inv_scale, codes)
+
+
+def launch_tile2(x, codes, scale, fmt, block, mode, scale_codes, inv_scale) -> None:
+    """Version 2: one warp per group (inv_scale unused)."""
+    tile_kernels(fmt, block, mode)[2][_warp_grid(scale.size)](x, codes, scale, scale_codes)
+
+
+def launch_tile3(x, codes, scale, fmt, block, mode, scale_codes, inv_scale) -> None:
+    """Version 3 where `vector_ok` (inv_scale unused): 4 groups a warp, grid-stride over the (row, 4 groups) sets."""
+    kernel = runtime.cached(("quantize_fine.tile3", fmt, block, mode), lambda: make_tile_kernel3(fmt, block, mode))
+    warps = WARPS3 if not runtime.IS_SIM else 1
+    sets = scale.shape[0] * -(-scale.shape[1] // GROUPS3)
+    if sets >= 2**32 - MAX_BLOCKS * warps:  # w + nw must not wrap around in uint32
+        raise ValueError(f"x has too many groups for quantize_tile version 3 ({sets} sets); use version=2")
+    kernel[min(MAX_BLOCKS, -(-sets // warps)), warps * WARP_SIZE](x, codes.view(np.uint32), scale, scale_codes)
+
+
+VERSIONS = {
+    1: Version("tile: two passes (amax kernel -> global scales, cast kernel)", launch_tile1),
+    2: Version("tile: fused, one warp per 1x128 tile", launch_tile2),
+    3: Version("tile: fused, 8 lanes per tile, 16-byte loads, hardware cvt, 4-byte stores", launch_tile3),
+}
+BEST = 3
+"""quantize_tile's default; it falls back to version 2 where version 3 does not apply (`vector_ok`)."""
+
+
 def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", version=BEST, inv_scale=None,
                   scale_codes=None):
     """x (M, K) float32 -> codes (M, K) uint8 and scale (M, ceil(K/block)) float32 (device arrays).
@@ -449,30 +452,11 @@ def quantize_tile(x, codes, scale, *, fmt="e4m3", block=128, mode="amax", versio
     """
     if version == 3 and not vector_ok(x, codes, block):
         version = 2
-    if version == 3:
-        if scale_codes is None:
-            scale_codes = runtime.unused_array(np.uint8)
-        kernel = runtime.cached(("quantize_fine.tile3", fmt, block, mode), lambda: make_tile_kernel3(fmt, block, mode))
-        warps = WARPS3 if not runtime.IS_SIM else 1
-        sets = scale.shape[0] * -(-scale.shape[1] // GROUPS3)
-        if sets >= 2**32 - MAX_BLOCKS * warps:  # w + nw must not wrap around in uint32
-            raise ValueError(f"x has too many groups for quantize_tile version 3 ({sets} sets); use version=2")
-        blocks = min(MAX_BLOCKS, -(-sets // warps))
-        threads = warps * WARP_SIZE
-        kernel[blocks, threads](x, codes.view(np.uint32), scale, scale_codes)
-        return
-    amax_k, cast_k, fused_k = tile_kernels(fmt, block, mode)
+    if version not in tuple(VERSIONS):  # compared, not hashed, as a chain of == would
+        raise ValueError(f"version must be one of {tuple(VERSIONS)}, got {version!r}")
     if scale_codes is None:
         scale_codes = runtime.unused_array(np.uint8)  # unused unless an MX mode
-    if version == 1:
-        if inv_scale is None:
-            inv_scale = cuda.device_array(scale.shape, np.float32)
-        amax_k[_warp_grid(scale.size)](x, scale, inv_scale, scale_codes)
-        cast_k[runtime.grid_1d(x.size, ELEMENTWISE_THREADS, MAX_BLOCKS)](x, inv_scale, codes)
-    elif version == 2:
-        fused_k[_warp_grid(scale.size)](x, codes, scale, scale_codes)
-    else:
-        raise ValueError(f"version must be one of {tuple(VERSIONS)}, got {version!r}")
+    VERSIONS[version].kernel(x, codes, scale, fmt, block, mode, scale_codes, inv_scale)
 
 
 def quantize_mx(x, codes, scale, scale_codes, *, fmt="e4m3", rule="floor"):
@@ -508,7 +492,8 @@ def requantize_tile_to_col(codes, scale, codes_t, scale_t, *, fmt="e4m3", block=
     (dW = dY.T @ X) needs for its reduction over tokens. The dequantized values live only in registers; no
     float32 copy of x is ever written to global memory.
     """
-    kernel = runtime.cached(("quantize_fine.requantize", fmt, block, mode), lambda: make_requantize_kernel(fmt, block, mode))
+    kernel = runtime.cached(("quantize_fine.requantize", fmt, block, mode),
+                            lambda: make_requantize_kernel(fmt, block, mode))
     M, K = codes.shape
     nblocks = -(-K // 32) * -(-M // block)
     kernel[min(MAX_BLOCKS, nblocks), 32](codes, scale, codes_t, scale_t)
@@ -530,13 +515,8 @@ BENCH_SHAPE = (40960, 7168)
 
 
 def torch_tile_quantize(torch, tx):
-    """PyTorch's 1x128 tile quantize (DeepGEMM's per_token_cast_to_fp8, with our AMAX_FLOOR): (codes, scale).
-
-    Both divisions by 448 go through a 0-dim tensor ON THE GPU. With a Python float PyTorch does not divide:
-    `448.0 / amax` is `amax.reciprocal() * 448.0` (Tensor.__rtruediv__), and `amax / 448.0` (a CPU scalar
-    divisor) is `amax * (1 / 448)` in the CUDA kernel (div_true_kernel_cuda). Both differ from the correctly
-    rounded quotient in the last bit for a good part of the amaxes, and then codes and scales differ from
-    every other implementation's.
+    """PyTorch's 1x128 tile quantize (DeepGEMM's per_token_cast_to_fp8, with our AMAX_FLOOR): (codes, scale). Both
+    divisions by 448 go through a 0-dim tensor on the GPU, as real divisions (docs/notes/quantize_fine.md says why).
     """
     M, K = tx.shape
     xv = tx.view(M, K // 128, 128)
@@ -563,16 +543,13 @@ def _kernels(only=None):
     the ops "row", "block", "mx" (both rules), "pow2" that are in `only` (bench.selected; None: all)."""
     ks = [(v, f"v{v}: {desc}", "tile", "amax", lambda dx, o, v=v: quantize_tile(dx, o[0], o[1], version=v))
           for v, desc in VERSIONS.items()]
-    ks += [
-        ("row", "row: block per row, fused", "row", "amax", lambda dx, o: quantize_row(dx, o[0], o[1])),
-        ("block", "block 128x128: block per tile, fused", "block", "amax",
-         lambda dx, o: quantize_block(dx, o[0], o[1])),
-        ("mx", "mx (floor): E8M0 scales", "mx", "mx_floor", lambda dx, o: quantize_mx(dx, o[0], o[1], o[2],
-                                                                                     rule="floor")),
-        ("mx", "mx (ceil): E8M0 scales", "mx", "mx_ceil", lambda dx, o: quantize_mx(dx, o[0], o[1], o[2], rule="ceil")),
-        ("pow2", f"tile, pow2 scales (v{BEST})", "tile", "pow2", lambda dx, o: quantize_tile(dx, o[0], o[1],
-                                                                                            mode="pow2")),
-    ]
+    ks += [("row", "row: block per row, fused", "row", "amax", lambda dx, o: quantize_row(dx, o[0], o[1])),
+           ("block", "block 128x128: block per tile, fused", "block", "amax",
+            lambda dx, o: quantize_block(dx, o[0], o[1]))]
+    ks += [("mx", f"mx ({rule}): E8M0 scales", "mx", f"mx_{rule}",
+            lambda dx, o, rule=rule: quantize_mx(dx, o[0], o[1], o[2], rule=rule)) for rule in ("floor", "ceil")]
+    ks += [("pow2", f"tile, pow2 scales (v{BEST})", "tile", "pow2",
+            lambda dx, o: quantize_tile(dx, o[0], o[1], mode="pow2"))]
     return [k[1:] for k in ks if bench.selected(only, k[0])]
 
 

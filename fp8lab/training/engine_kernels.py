@@ -1,29 +1,30 @@
-"""The capstone's model on fp8lab's kernels: the same forward and backward as fp8lab.training.model (the NumPy reference
-engine), as kernel launches on device buffers allocated once for M windows per step.
+"""The capstone's kernel engine: the forward and backward of engine_reference.Model as kernel launches on device
+buffers allocated once for M windows per step (`fl.train(..., engine="kernels")`).
 
-Which kernel runs where (recipes as in fp8lab.training.model):
+Which kernel runs where (the Linear GEMMs' precisions are the recipe's, fp8lab.numerics.recipes):
   embedding        kernels.embedding: gather; backward = deterministic scatter-add (version 2)
-  RMSNorm          kernels.rmsnorm, or in fp8-deepseek kernels.norm_quant (RMSNorm fused with the 1 x 128 tile
-                   quantization of its output, the codes going straight into W1's Fprop GEMM)
-  SwiGLU           kernels.swiglu (in fp8-deepseek fused with the tile quantization of h for W2's Fprop)
-  Linear GEMMs     fp32, bf16: kernels.gemm (SIMT, the inputs of bf16 rounded by elementwise.round_bf16);
-                   fp8-tensor, fp8-deepseek: kernels.fp8_gemm (tensor cores on an H100/H200), with
-                   kernels.quantize (per tensor) or kernels.quantize_fine (tiles, blocks, the 1x128 -> 128x1
-                   re-quantization of the cached FP8 input for Wgrad)
+  RMSNorm          kernels.rmsnorm; or, where Fprop takes x in E4M3 1 x 128 tiles, kernels.norm_quant (RMSNorm fused
+                   with the tile quantization of its output, the codes going straight into W1's Fprop GEMM)
+  SwiGLU           kernels.swiglu (fused with the tile quantization of h for W2's Fprop, the same way)
+  Linear GEMMs     float32, bfloat16: kernels.gemm (SIMT, the inputs of bf16 rounded by elementwise.round_bf16);
+                   FP8: kernels.fp8_gemm (tensor cores on an H100/H200), with kernels.quantize (per tensor) or
+                   kernels.quantize_fine (tiles, blocks, the 1x128 -> 128x1 re-quantization of the cached FP8 input
+                   for Wgrad)
   outlier channels elementwise.scale_cols (W1's input times d, W1 over d; and back in the backward)
   residual add     elementwise.add;  head: kernels.gemm in float32;  loss: kernels.cross_entropy
-  optimizer        optim.AdamW on the flat float32 master weights (bfloat16 moments in fp8-deepseek)
+  optimizer        optim.AdamW on the flat float32 master weights (the recipe's moments)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import model as lm
+from . import model
 from ..device import runtime
 from ..kernels import (cross_entropy, elementwise, embedding, fp8_gemm, gemm, norm_quant, quantize, quantize_fine,
     rmsnorm, swiglu)
 from ..device.runtime import cuda
+from ..numerics import recipes, spec
 
 F32 = np.float32
 GROUP = 128
@@ -127,41 +128,119 @@ class StepProfile:
 _NO_PROFILE = StepProfile()  # never started: mark() does nothing
 
 
-class DeviceLinear:
-    """y (M, N) = x (M, K) W^T and its backward in one recipe, on buffers made once. forward caches what
-    backward needs (the FP8 codes of x in the FP8 recipes)."""
+class _Codes:
+    """FP8 codes and scales of one GEMM operand (rows, cols) in a recipe Operand, on buffers made once; calling it
+    on a float32 (rows, cols) device array quantizes it there."""
 
-    def __init__(self, recipe: str, M: int, N: int, K: int, prof: StepProfile = _NO_PROFILE):
-        self.recipe, self.M, self.N, self.K, self.prof = recipe, M, N, K, prof
+    def __init__(self, op, rows: int, cols: int, mode: str):
+        self.op, self.mode, self.fmt = op, mode, op.precision
+        self.kind = spec.ScaleKind.of(op.granularity)
+        if op.granularity == "tensor":  # codes_t too: the transposed codes another GEMM may take (exact)
+            self.q = quantize.TensorQuantizer((rows, cols), fmt=op.precision, transpose=True)
+            self.codes, self.scale = self.q.codes, self.q.scale
+        else:
+            self.codes = _empty((rows, cols), np.uint8)
+            self.scale = _empty(spec.scale_shape(op.granularity, (rows, cols)))
+
+    def __call__(self, x) -> None:
+        if self.op.granularity == "tensor":
+            self.q(x)
+        elif self.op.granularity == "tile":
+            quantize_fine.quantize_tile(x, self.codes, self.scale, fmt=self.fmt, mode=self.mode)
+        else:
+            quantize_fine.quantize_block(x, self.codes, self.scale, fmt=self.fmt, mode=self.mode)
+
+
+class _Transposed:
+    """The exact transpose of a `_Codes` scaled per tensor (its codes_t, its scale) or per 128 x 128 block (codes and
+    block scales transposed); calling it writes the transpose of what the source holds now."""
+
+    def __init__(self, src: _Codes):
+        self.src, self.kind, self.fmt = src, src.kind, src.fmt
+        if src.op.granularity == "tensor":
+            self.codes, self.scale = src.q.codes_t, src.q.scale
+        else:
+            self.codes = _empty(src.codes.shape[::-1], np.uint8)
+            self.scale = _empty(src.scale.shape[::-1])
+
+    def __call__(self) -> None:
+        if self.src.op.granularity == "block":
+            elementwise.transpose(self.src.codes, self.codes, version=1)
+            elementwise.transpose(self.src.scale, self.scale, version=1)
+
+
+class _Retiled:
+    """x^T in 1 x 128 tiles along the tokens, re-quantized from the 1 x 128 tiles of x that Fprop cached (DeepSeek-V3:
+    the float32 x is not kept); calling it writes them."""
+
+    def __init__(self, src: _Codes):
+        self.src, self.kind, self.fmt = src, src.kind, src.fmt
+        rows, cols = src.codes.shape
+        self.codes, self.scale = _empty((cols, rows), np.uint8), _scales(cols, rows)
+
+    def __call__(self) -> None:
+        quantize_fine.requantize_tile_to_col(self.src.codes, self.src.scale, self.codes, self.scale, fmt=self.fmt,
+                                             mode=self.src.mode)
+
+
+class DeviceLinear:
+    """y (M, N) = x (M, K) W^T and its backward in one recipe (a Recipe or its name, fp8lab.numerics.recipes), on
+    buffers made once. forward caches what backward needs (in FP8 the codes of x).
+
+    float32 and bfloat16 recipes run kernels.gemm (SIMT, row-major (M, K) @ (K, N): the transposes explicit, the
+    inputs of bf16 rounded by elementwise.round_bf16). FP8 recipes run kernels.fp8_gemm on each GEMM's NT operands
+    (Fprop x, W; Dgrad dy, W^T; Wgrad dy^T, x^T): an operand scaled per tensor or per 128 x 128 block is quantized
+    once and its transpose taken exactly; tiles are quantized in each GEMM's own layout, or x^T re-tiled from
+    Fprop's codes (wgrad_x_from_fprop). need_dx=False: Dgrad never runs (x is data), so its buffers are not made."""
+
+    def __init__(self, recipe, M: int, N: int, K: int, prof: StepProfile = _NO_PROFILE, need_dx: bool = True):
+        self.recipe = r = recipes.get(recipe)
+        self.M, self.N, self.K, self.prof = M, N, K, prof
         self.gv, self.fv = gemm_version(), fp8_gemm_version()
-        if recipe in ("fp32", "bf16"):
+        self.precision = r.gemm_precision
+        if self.precision != "fp8":
             self.wt = _empty((K, N))      # W^T for Fprop (kernels.gemm multiplies row-major (M, K) @ (K, N))
             self.dyt = _empty((N, M))     # dy^T for Wgrad
-            if recipe == "bf16":
+            if self.precision == "bf16":
                 self.xb, self.wb, self.dyb = _empty((M, K)), _empty((N, K)), _empty((M, N))
-        elif recipe == "fp8-tensor":
-            self.qx = quantize.TensorQuantizer((M, K), transpose=True)
-            self.qw = quantize.TensorQuantizer((N, K), transpose=True)
-            self.qdy = quantize.TensorQuantizer((M, N), transpose=True)
-        else:  # fp8-deepseek
-            self.xc, self.xs = _empty((M, K), np.uint8), _scales(M, K)
-            self.wc, self.ws = _empty((N, K), np.uint8), _empty((-(-N // GROUP), -(-K // GROUP)))
-            self.wtc, self.wts = _empty((K, N), np.uint8), _empty((-(-K // GROUP), -(-N // GROUP)))
-            self.dyc, self.dys = _empty((M, N), np.uint8), _scales(M, N)
+            self.float_x = True  # Wgrad multiplies by x itself
+            return
+        mode = r.scale_mode
+        self.x_codes = _Codes(r.fprop.a, M, K, mode)
+        self.w_codes = _Codes(r.fprop.b, N, K, mode)
+        self.dy_codes = _Codes(r.dgrad.a, M, N, mode)
+        self.wt_codes = (_Transposed(self.w_codes) if r.dgrad.b == r.fprop.b and r.dgrad.b.exact_transpose else
+                         _Codes(r.dgrad.b, K, N, mode)) if need_dx else None
+        self.dyt_codes = (_Transposed(self.dy_codes) if r.wgrad.a == r.dgrad.a and r.wgrad.a.exact_transpose else
+                          _Codes(r.wgrad.a, N, M, mode))
+        if r.wgrad_x_from_fprop:
+            self.xt_codes = _Retiled(self.x_codes)
+        elif r.wgrad.b == r.fprop.a and r.wgrad.b.exact_transpose:
+            self.xt_codes = _Transposed(self.x_codes)
+        else:
+            self.xt_codes = _Codes(r.wgrad.b, K, M, mode)
+        self.float_x = isinstance(self.xt_codes, _Codes)  # Wgrad quantizes x^T afresh: x must stay float32
+        if isinstance(self.wt_codes, _Codes):
+            self.wt = _empty((K, N))
+        if isinstance(self.dyt_codes, _Codes):
             self.dyt = _empty((N, M))
-            self.dytc, self.dyts = _empty((N, M), np.uint8), _scales(N, M)
-            self.xtc, self.xts = _empty((K, M), np.uint8), _scales(K, M)
+        if self.float_x:
+            self.xt = _empty((K, M))
 
     def codes_for_input(self):
-        """fp8-deepseek: the (codes, scale) buffers of x, for a kernel that quantizes x as it computes it."""
-        return self.xc, self.xs
+        """FP8 recipes: the (codes, scale) buffers of x, for a kernel that quantizes x as it computes it."""
+        return self.x_codes.codes, self.x_codes.scale
+
+    def _gemm(self, a, b, out) -> None:
+        fp8_gemm.launch(a.codes, a.scale, b.codes, b.scale, out, a.kind, b.kind, a.fmt, b.fmt, version=self.fv)
 
     def forward(self, x, w, y, quantized: bool = False) -> None:
-        """y = x W^T. quantized=True (fp8-deepseek): x was already written, tile-quantized, into codes_for_input()."""
-        r, mark = self.recipe, self.prof.mark
-        if r in ("fp32", "bf16"):
+        """y = x W^T. quantized=True (FP8): x was already written, quantized, into codes_for_input(); x is then the
+        float32 x for a Wgrad that quantizes x^T afresh, or None."""
+        mark = self.prof.mark
+        if self.precision != "fp8":
             mark("cast and transpose")
-            if r == "bf16":
+            if self.precision == "bf16":
                 elementwise.round_bf16(x, self.xb)
                 elementwise.round_bf16(w, self.wb)
                 x, w = self.xb, self.wb
@@ -169,25 +248,21 @@ class DeviceLinear:
             elementwise.transpose(w, self.wt)
             mark("GEMM Fprop")
             gemm.launch(x, self.wt, y, self.gv)
-        elif r == "fp8-tensor":
-            mark("quantize")
-            qx, qw = self.qx(x), self.qw(w)
-            mark("GEMM Fprop")
-            fp8_gemm.launch(qx.codes, qx.scale, qw.codes, qw.scale, y, 0, 0, version=self.fv)
-        else:
-            mark("quantize")
-            if not quantized:
-                quantize_fine.quantize_tile(x, self.xc, self.xs)
-            quantize_fine.quantize_block(w, self.wc, self.ws)
-            mark("GEMM Fprop")
-            fp8_gemm.launch(self.xc, self.xs, self.wc, self.ws, y, 1, 2, version=self.fv)
+            return
+        mark("quantize")
+        if not quantized:
+            self.x_codes(x)
+        self.x, self.w = x, w
+        self.w_codes(w)
+        mark("GEMM Fprop")
+        self._gemm(self.x_codes, self.w_codes, y)
 
     def backward(self, dy, dx, dw) -> None:
         """dx = dy W (Dgrad; skipped when dx is None: an input that is data) and dW = dy^T x (Wgrad) for the x and
         W of the last forward."""
-        r, mark = self.recipe, self.prof.mark
-        if r in ("fp32", "bf16"):
-            if r == "bf16":
+        mark = self.prof.mark
+        if self.precision != "fp8":
+            if self.precision == "bf16":
                 mark("cast and transpose")
                 elementwise.round_bf16(dy, self.dyb)
                 dy = self.dyb
@@ -198,53 +273,61 @@ class DeviceLinear:
             elementwise.transpose(dy, self.dyt)
             mark("GEMM Wgrad")
             gemm.launch(self.dyt, self.x, dw, self.gv)
-        elif r == "fp8-tensor":
+            return
+        if dx is not None or isinstance(self.dyt_codes, _Transposed):  # Dgrad's dy, or Wgrad's per-tensor dy^T
             mark("quantize")
-            qdy = self.qdy(dy)
-            if dx is not None:
-                mark("GEMM Dgrad")
-                fp8_gemm.launch(qdy.codes, qdy.scale, self.qw.codes_t, self.qw.scale, dx, 0, 0, version=self.fv)
-            mark("GEMM Wgrad")
-            fp8_gemm.launch(qdy.codes_t, qdy.scale, self.qx.codes_t, self.qx.scale, dw, 0, 0, version=self.fv)
-        else:
-            if dx is not None:  # Dgrad: dy in 1 x 128 tiles along N; W's 128 x 128 blocks transposed
-                mark("quantize")
-                quantize_fine.quantize_tile(dy, self.dyc, self.dys)
-                mark("cast and transpose")
-                elementwise.transpose(self.wc, self.wtc, version=1)
-                elementwise.transpose(self.ws, self.wts, version=1)
-                mark("GEMM Dgrad")
-                fp8_gemm.launch(self.dyc, self.dys, self.wtc, self.wts, dx, 1, 2, version=self.fv)
-            # Wgrad: the contraction runs over the tokens: dy^T in tiles along M, and the FP8 x cached by Fprop
-            # re-quantized from 1 x 128 to 128 x 1 tiles (never dequantized to memory)
+            self.dy_codes(dy)
+        if dx is not None:  # Dgrad: W^T transposed exactly from Fprop's codes, or quantized afresh
+            self._prepare(self.wt_codes, self.w, getattr(self, "wt", None))
+            mark("GEMM Dgrad")
+            self._gemm(self.dy_codes, self.wt_codes, dx)
+        # Wgrad: the contraction runs over the tokens: dy^T and x^T in tiles along M (or their per-tensor codes)
+        self._prepare(self.dyt_codes, dy, getattr(self, "dyt", None))
+        self._prepare(self.xt_codes, self.x, getattr(self, "xt", None))
+        mark("GEMM Wgrad")
+        self._gemm(self.dyt_codes, self.xt_codes, dw)
+
+    def _prepare(self, operand, source, scratch) -> None:
+        """Write a transposed operand from `source` (float32, untransposed): transposed then quantized (a _Codes),
+        re-tiled from Fprop's codes, or transposed exactly; per tensor, the source's quantization wrote it already."""
+        mark = self.prof.mark
+        if isinstance(operand, _Codes):
             mark("cast and transpose")
-            elementwise.transpose(dy, self.dyt)
+            elementwise.transpose(source, scratch)
             mark("quantize")
-            quantize_fine.quantize_tile(self.dyt, self.dytc, self.dyts)
-            quantize_fine.requantize_tile_to_col(self.xc, self.xs, self.xtc, self.xts)
-            mark("GEMM Wgrad")
-            fp8_gemm.launch(self.dytc, self.dyts, self.xtc, self.xts, dw, 1, 1, version=self.fv)
+            operand(scratch)
+        elif isinstance(operand, _Retiled):
+            mark("quantize")
+            operand()
+        elif operand.src.op.granularity == "block":
+            mark("cast and transpose")
+            operand()
+
+
+FUSED_INPUT = recipes.Operand("e4m3", "tile")
+"""What norm_quant and swiglu's quantizing forward write for the next GEMM: E4M3 in 1 x 128 tiles (amax scales)."""
 
 
 class KernelModel:
-    """fp8lab.training.model.Model on the device for batches of M windows: loss(ids, targets) runs the forward, the
-    loss and
-    (grads=True) the backward into params.grad."""
+    """engine_reference.Model on the device for batches of M windows: loss(ids, targets) runs the forward, the loss
+    and (grads=True) the backward into params.grad. Where the recipe's Fprop takes x as FUSED_INPUT (amax scales)
+    and Wgrad needs no float32 x, RMSNorm and SwiGLU write the quantized input of the next GEMM themselves."""
 
-    def __init__(self, cfg: lm.Config, recipe: str, M: int, params: dict):
-        self.cfg, self.recipe, self.M = cfg, recipe, M
+    def __init__(self, cfg: model.Config, recipe, M: int, params: dict):
+        self.cfg, self.recipe, self.M = cfg, recipes.get(recipe), M
         D, F, V, L = cfg.width, cfg.hidden, cfg.vocab, cfg.blocks
         self.params = Params(params)
         self.prof = StepProfile()  # started by the training loop on the steps it profiles
-        self.fused = recipe == "fp8-deepseek"
+        self.lin1 = [DeviceLinear(self.recipe, M, 2 * F, D, self.prof) for _ in range(L)]
+        self.lin2 = [DeviceLinear(self.recipe, M, D, F, self.prof) for _ in range(L)]
+        r = self.recipe
+        self.fused = (r.fprop.a == FUSED_INPUT and not r.pow2_scales and not self.lin1[0].float_x)
         self.ids = _empty(M * cfg.context, np.int32)
         self.targets = _empty(M, np.int32)
         self.x = [_empty((M, D)) for _ in range(L + 1)]  # the residual stream entering each block, and leaving
         self.rstd = [_empty(M) for _ in range(L + 1)]
         self.u = [_empty((M, 2 * F)) for _ in range(L)]
         self.h = [_empty((M, F)) for _ in range(L)] if not self.fused else None
-        self.lin1 = [DeviceLinear(recipe, M, 2 * F, D, self.prof) for _ in range(L)]
-        self.lin2 = [DeviceLinear(recipe, M, D, F, self.prof) for _ in range(L)]
         self.zl = [_empty((M, D)) for _ in range(L)] if not self.fused else None  # each block's normed input
         self.v = _empty((M, D))
         self.zf = _empty((M, D))
@@ -255,7 +338,7 @@ class KernelModel:
         self.dzf, self.dx, self.dxn, self.gy = _empty((M, D)), _empty((M, D)), _empty((M, D)), _empty((M, D))
         self.dh, self.du = _empty((M, F)), _empty((M, 2 * F))
         self.scratch = embedding.Scratch(V, M * cfg.context)
-        d = lm.outlier_scales(cfg)
+        d = model.outlier_scales(cfg)
         if d is not None:  # W1's GEMMs run on z * d and W1 / d (fp8lab.training.model)
             self.d, self.dinv = cuda.to_device(d), cuda.to_device((1 / d).astype(F32))
             self.gd = _empty((1, D))          # the norm gain times d: the fused kernel writes z * d directly

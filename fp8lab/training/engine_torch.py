@@ -1,11 +1,11 @@
-"""The PyTorch rung of the capstone: fp8lab.training.model's model in a few lines of PyTorch, trained with BF16
-autocast, as
-the loss and speed peer of `fl.train(task="chars")` (PyTorch is optional: nothing else in fp8lab imports this).
+"""The capstone's PyTorch engine: fp8lab.training.model's model in a few lines of PyTorch, the loss and speed peer of
+the kernel engine (`fl.train(recipe, task="chars", engine="torch")`; PyTorch is optional: only this imports it).
 
-Same initial weights (fp8lab.training.model.init_params), same batches (the corpus stream seeded as fl.train seeds it),
-same
-AdamW (betas 0.9 / 0.95, weight decay 0.1 on the Linear weights only); with autocast=False and float32 it follows
-the reference engine's fp32 recipe step for step (tests/test_train.py checks it).
+A recipe whose GEMMs are bfloat16 trains with BF16 autocast (the GEMMs in bfloat16, as mixed-precision training does
+it), a float32 one without; FP8 recipes are not PyTorch's (check_recipe says so). Same initial weights
+(model.init_params), same batches (the corpus stream seeded as fl.train seeds it), same AdamW (betas 0.9 / 0.95,
+weight decay 0.1 on the Linear weights only); with autocast=False it follows the reference engine's fp32 recipe
+step for step (tests/test_train.py checks it).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from ..numerics import ops, recipes
 from . import corpus, model as lm
 
 
@@ -26,7 +27,7 @@ def _model(torch, cfg: lm.Config, params: dict):
             self.g = nn.Parameter(torch.from_numpy(g.copy()))
 
         def forward(self, x):
-            return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + float(lm.EPS)).to(x.dtype) * self.g
+            return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + float(ops.EPS)).to(x.dtype) * self.g
 
     class Block(nn.Module):
         def __init__(self, i):
@@ -60,11 +61,19 @@ def _model(torch, cfg: lm.Config, params: dict):
     return CharModel()
 
 
+def check_recipe(recipe: recipes.Recipe) -> None:
+    """ValueError unless PyTorch's autocast can run `recipe`: its Linear GEMMs float32 or bfloat16."""
+    if recipe.gemm_precision not in ("fp32", "bf16"):
+        raise ValueError(f"engine='torch' runs recipes whose GEMMs are float32 or bfloat16 (autocast), got recipe "
+                         f"{recipe.name!r} ({recipe.gemm_precision} GEMMs): use engine='kernels' or 'reference'")
+
+
 def train(cfg: lm.Config, steps: int, batch: int, lr: float, seed: int = 0, *, autocast: bool = True,
-          device: str | None = None) -> dict:
-    """Train the PyTorch model; returns {"loss": per-step losses, "val_loss": final validation loss (nats, 4 batches
-    of the validation windows fl.train uses), "step_ms": median step time, "device": ...}. autocast: BF16 autocast
-    of the forward (the GEMMs in bfloat16, as mixed-precision training does it); device: "cuda" when available."""
+          device: str | None = None, eval_batches: int = 4) -> dict:
+    """Train the PyTorch model; returns {"loss": per-step losses, "val_loss": final validation loss (nats, on
+    eval_batches batches of the validation windows fl.train uses), "step_seconds": wall time of each step,
+    "step_ms": their median, "device": ...}. autocast: BF16 autocast of the forward (the GEMMs in bfloat16, as
+    mixed-precision training does it); device: "cuda" when available."""
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -87,8 +96,9 @@ def train(cfg: lm.Config, steps: int, batch: int, lr: float, seed: int = 0, *, a
         opt.step()
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
-    ids, tgt = c.eval_windows("val", 4 * batch, cfg.context)
+    ids, tgt = c.eval_windows("val", eval_batches * batch, cfg.context)
     with torch.no_grad(), torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=autocast):
         logits = model(torch.from_numpy(ids).long().to(device))
         val = torch.nn.functional.cross_entropy(logits.float(), torch.from_numpy(tgt).long().to(device)).item()
-    return {"loss": losses, "val_loss": val, "step_ms": 1e3 * float(np.median(times)), "device": device}
+    return {"loss": losses, "val_loss": val, "step_seconds": times, "step_ms": 1e3 * float(np.median(times)),
+            "device": device}

@@ -1,30 +1,17 @@
-"""The course's program: one Linear layer + bias + RMSNorm trained with MSE, in FP32 or with FP8 GEMMs.
+"""`fl.train`: a recipe trained on a task with an engine, and its History.
 
-    x (B, K) --quantize--> FP8 GEMM with W (N, K) --> + b --> RMSNorm (gain g) --> z;  loss = mean((z - t)^2)
-    backward: dz -> RMSNorm backward -> dy -> db = colsum(dy), dW = dy^T x (FP8 GEMM), dg = colsum(dz y rstd)
-    update: Adam (or SGD) on FP32 master weights; an exponential moving average (EMA) of them on the CPU.
+Recipes (fp8lab.numerics.recipes, `fl.RECIPES`): the precision and scaling of every GEMM operand of a Linear layer,
+the AdamW moments' format, the tolerance to the reference engine. Built in: fp32, bf16, fp8-tensor, fp8-deepseek.
 
-The target comes from a fixed random "teacher" layer of the same shape plus Gaussian noise of standard
-deviation `noise`, so the loss falls toward a known floor, noise^2 (a perfect student still cannot predict
-the noise), and "FP8 is x% above FP32" means something.
+Tasks: "teacher" (the default: one Linear + bias + RMSNorm layer fitted to a fixed random teacher, fp8lab.training.
+teacher) and "chars": a character-level language model of Tiny Shakespeare (fp8lab.training.model: embedding,
+residual SwiGLU blocks, RMSNorm, output head, cross-entropy) trained with AdamW, validation loss in bits per character,
+checkpoints (fp8lab.training.checkpoint).
 
-Recipes:
-  fp32        every GEMM in FP32.
-  fp8-tensor  Fprop (x W^T) and Wgrad (dy^T x) in E4M3 with one current (online) scale per tensor, as
-              Transformer Engine's Float8CurrentScaling; accumulation in FP32. The input gradient (Dgrad)
-              is not needed: x is data.
-
-  bf16        (task "chars"; on "teacher" too) the GEMM inputs rounded to bfloat16, FP32 accumulation.
-  fp8-deepseek  DeepSeek-V3's recipe: E4M3 with activations and gradients in 1 x 128 tiles, weights in 128 x 128
-              blocks, Wgrad from the cached FP8 input re-quantized to 128 x 1 tiles (fp8lab.training.model says more).
-
-Tasks: "teacher" (the default, above) and "chars": a character-level language model of Tiny Shakespeare
-(fp8lab.training.model: embedding, residual SwiGLU blocks, RMSNorm, output head, cross-entropy) trained with AdamW,
-validation
-loss in bits per character.
-
-Engines: "kernels" runs the Numba-CUDA kernels (GPU or simulator); "reference" runs the same arithmetic in
-NumPy float32. Both draw the same batches from `seed`, so their curves agree to within REFERENCE_RTOL.
+Engines: "kernels" runs the Numba-CUDA kernels (GPU or simulator, engine_kernels); "reference" runs the same
+arithmetic in NumPy float32 (engine_reference); both draw the same batches from `seed`, so their curves agree to
+within the recipe's reference_rtol. "torch" (task "chars", PyTorch installed) trains the same model in PyTorch
+(engine_torch): the loss and speed peer, for recipes whose GEMMs are float32 or bfloat16 (autocast).
 """
 
 from __future__ import annotations
@@ -37,21 +24,15 @@ import time
 import numpy as np
 
 from .. import _validate as V
-from . import checkpoint, corpus, model as lm, engine_kernels as lm_engine
-from ..numerics import formats, spec
 from ..device import runtime
-from ..kernels import elementwise, gemm_nt, loss as loss_k, optim, rmsnorm
-from ..kernels.quantize import TensorQuantizer
+from ..kernels import optim
+from ..numerics import recipes
+from . import checkpoint, corpus, engine_kernels, engine_reference, model, teacher
 
-RECIPES = lm.RECIPES
+RECIPES = recipes.RECIPES
 TASKS = ("teacher", "chars")
-ENGINES = ("kernels", "reference")
+ENGINES = ("kernels", "reference", "torch")
 OPTIMIZERS = ("adam", "sgd", "adamw")
-MOMENTS = ("bf16", "fp32")
-# Largest relative difference between the kernel and NumPy-reference loss at any step (measured in
-# tests/test_train.py): the two sum in different orders, and in FP8 a last-bit difference can move a value
-# across a rounding boundary of the E4M3 grid.
-REFERENCE_RTOL = {"fp32": 1e-4, "bf16": 1e-3, "fp8-tensor": 2e-2, "fp8-deepseek": 2e-2}
 # A loss this many times the first step's counts as diverged. Runs that learn stay below 1.2x (the first step's
 # loss is the initial weights'); under the simulator's defaults Adam at lr 10 peaks near 40x and recovers, while
 # lr 100 reaches 4000x and lr 1e10 1e19x (the RMSNorm gain explodes).
@@ -112,6 +93,7 @@ class History:
     step_seconds: list = dataclasses.field(default_factory=list)  # chars: wall time of each training step
     # chars, kernels on a GPU: GPU milliseconds per step by op (after PROFILE_SKIP steps), largest first, else None
     breakdown: dict | None = None
+    device: str | None = None  # engine "torch": the device PyTorch ran on ("cuda", "cpu")
 
     @property
     def floor(self) -> float:
@@ -147,171 +129,6 @@ class History:
             json.dump(self.to_dict(), f, indent=1)
 
 
-class Data:
-    """The task: fresh Gaussian inputs each step, targets from a fixed random teacher plus noise."""
-
-    def __init__(self, batch: int, d_in: int, d_out: int, noise: float, seed: int):
-        self.batch, self.d_in, self.d_out, self.noise = batch, d_in, d_out, noise
-        rng = np.random.default_rng([seed, 1])
-        self.teacher_w = (rng.standard_normal((d_out, d_in)) / np.sqrt(d_in)).astype(np.float32)
-        self.teacher_b = (0.1 * rng.standard_normal(d_out)).astype(np.float32)
-        self.teacher_g = rng.uniform(0.5, 1.5, d_out).astype(np.float32)
-        self.student_w = (rng.standard_normal((d_out, d_in)) / np.sqrt(d_in)).astype(np.float32)
-        self.stream = np.random.default_rng([seed, 2])
-        self.eval_x, self.eval_t = self._draw(np.random.default_rng([seed, 3]), 8 * batch)
-
-    def _draw(self, rng, n):
-        x = rng.standard_normal((n, self.d_in), dtype=np.float32)
-        z = forward_fp32(x, self.teacher_w, self.teacher_b, self.teacher_g)
-        t = z + np.float32(self.noise) * rng.standard_normal(z.shape, dtype=np.float32)
-        return x, t.astype(np.float32)
-
-    def next(self):
-        return self._draw(self.stream, self.batch)
-
-
-def forward_fp32(x, w, b, g):
-    """NumPy FP32 forward: RMSNorm(x W^T + b) * g."""
-    y = x @ w.T + b
-    rstd = np.float32(1) / np.sqrt((y * y).mean(axis=1, keepdims=True) + rmsnorm.EPS)
-    return (y * rstd * g).astype(np.float32)
-
-
-def _mse(z, t) -> float:
-    d = np.asarray(z, np.float64) - t
-    return float((d * d).mean())
-
-
-def _split(flat, N, K):
-    """Views (W (N, K), b (N,), g (N,)) of one flat parameter (or gradient) buffer, host or device."""
-    return flat[: N * K].reshape((N, K)), flat[N * K : N * K + N], flat[N * K + N :]
-
-
-class _KernelStep:
-    """One training step as kernel launches on buffers allocated once."""
-
-    def __init__(self, recipe, data: Data, lr, optimizer):
-        B, K, N = data.batch, data.d_in, data.d_out
-        cuda = runtime.cuda
-        self.fp8 = recipe == "fp8-tensor"
-        self.N, self.K = N, K
-        init = np.concatenate([data.student_w.ravel(), np.zeros(N, np.float32), np.ones(N, np.float32)])
-        self.params = cuda.to_device(init)
-        self.grads = cuda.device_array(init.size, np.float32)
-        self.w, self.b, self.g = self._views(self.params)
-        self.dw, self.db, self.dg = self._views(self.grads)
-        self.x = cuda.device_array((B, K), np.float32)
-        self.t = cuda.device_array((B, N), np.float32)
-        self.y = cuda.device_array((B, N), np.float32)
-        self.z = cuda.device_array((B, N), np.float32)
-        self.rstd = cuda.device_array(B, np.float32)
-        self.dy = cuda.device_array((B, N), np.float32)
-        self.gy = cuda.device_array((B, N), np.float32)
-        self.loss = loss_k.MSELoss((B, N))
-        # bf16 and fp8-deepseek run the capstone's Linear (fp8lab.training.engine_kernels); x is data, so no Dgrad
-        self.lin = lm_engine.DeviceLinear(recipe, B, N, K) if recipe in ("bf16", "fp8-deepseek") else None
-        if self.lin is None and self.fp8:
-            self.qx = TensorQuantizer((B, K), transpose=True)  # codes for Fprop and, transposed, Wgrad
-            self.qw = TensorQuantizer((N, K))
-            self.qdy = TensorQuantizer((B, N), transpose=True)
-        elif self.lin is None:
-            self.xt = cuda.device_array((K, B), np.float32)
-            self.dyt = cuda.device_array((N, B), np.float32)
-        self.opt = optim.Adam(init.size, lr=lr) if optimizer == "adam" else optim.SGD(init.size, lr=lr)
-
-    def _views(self, flat):
-        return _split(flat, self.N, self.K)
-
-    def __call__(self, x, t) -> float:
-        self.x.copy_to_device(x)
-        self.t.copy_to_device(t)
-        if self.lin is not None:
-            self.lin.forward(self.x, self.w, self.y)
-        elif self.fp8:
-            qx, qw = self.qx(self.x), self.qw(self.w)
-            gemm_nt.launch(qx.codes, qx.scale, qw.codes, qw.scale, self.y)  # Fprop
-        else:
-            gemm_nt.launch(self.x, None, self.w, None, self.y)
-        elementwise.bias_add(self.y, self.b)
-        rmsnorm.forward(self.y, self.g, self.z, self.rstd)
-        self.loss(self.z, self.t)
-        rmsnorm.backward(self.loss.dz, self.y, self.g, self.rstd, self.dy, self.gy)
-        elementwise.colsum(self.dy, self.db)
-        elementwise.colsum(self.gy, self.dg)
-        if self.lin is not None:
-            self.lin.backward(self.dy, None, self.dw)  # Wgrad only
-        elif self.fp8:
-            qdy = self.qdy(self.dy)
-            gemm_nt.launch(qdy.codes_t, qdy.scale, self.qx.codes_t, self.qx.scale, self.dw)  # Wgrad
-        else:
-            elementwise.transpose(self.dy, self.dyt)
-            elementwise.transpose(self.x, self.xt)
-            gemm_nt.launch(self.dyt, None, self.xt, None, self.dw)
-        self.opt.step(self.params, self.grads)
-        return float(self.loss.loss.copy_to_host()[0])
-
-    def weights(self):
-        p = self.params.copy_to_host()
-        return self._views(p)
-
-
-class _ReferenceStep:
-    """The same step in NumPy float32: the spec the kernels are checked against."""
-
-    def __init__(self, recipe, data: Data, lr, optimizer):
-        N, K = data.d_out, data.d_in
-        self.fp8 = recipe == "fp8-tensor"
-        self.lin = lm.Linear(recipe) if recipe in ("bf16", "fp8-deepseek") else None
-        self.N, self.K = N, K
-        self.params = np.concatenate([data.student_w.ravel(), np.zeros(N, np.float32), np.ones(N, np.float32)])
-        self.m = np.zeros_like(self.params)
-        self.v = np.zeros_like(self.params)
-        self.t = 0
-        self.lr, self.optimizer = lr, optimizer
-
-    def _views(self, flat):
-        return _split(flat, self.N, self.K)
-
-    def __call__(self, x, t) -> float:
-        f32 = np.float32
-        w, b, g = self._views(self.params)
-        if self.lin is not None:
-            y = self.lin.forward(x, w)
-        elif self.fp8:
-            qx, sx, _ = spec.quantize_tensor(x)
-            qw, sw, _ = spec.quantize_tensor(w)
-            y = (formats.decode(qx) @ formats.decode(qw).T) * sx * sw
-        else:
-            y = x @ w.T
-        y = (y + b).astype(f32)
-        rstd = (f32(1) / np.sqrt((y * y).mean(axis=1) + rmsnorm.EPS)).astype(f32)
-        z = y * rstd[:, None] * g
-        d = z - t
-        loss = float((d.astype(np.float64) ** 2).mean())
-        dz = (f32(2) * d * f32(1.0 / d.size)).astype(f32)
-        dot = (dz * g * y).sum(axis=1)
-        dy = (rstd[:, None] * g * dz - (rstd**3 * dot / f32(y.shape[1]))[:, None] * y).astype(f32)
-        db = dy.sum(axis=0)
-        dg = (dz * y * rstd[:, None]).sum(axis=0)
-        if self.lin is not None:
-            dw = self.lin.backward(dy)[1]
-        elif self.fp8:
-            qdy, sdy, _ = spec.quantize_tensor(dy)
-            dw = (formats.decode(qdy).T @ formats.decode(qx)) * sdy * sx
-        else:
-            dw = dy.T @ x
-        grads = np.concatenate([dw.ravel(), db, dg]).astype(f32)
-        self.t += 1
-        if self.optimizer == "adam":
-            optim.reference_adam(self.params, grads, self.m, self.v, self.t, lr=self.lr)
-        else:
-            self.params -= f32(self.lr) * grads
-        return loss
-
-    def weights(self):
-        return self._views(self.params.copy())
-
-
 def train(
     recipe: str = "fp8-tensor",
     steps: int | None = None,
@@ -340,18 +157,18 @@ def train(
 ) -> History:
     """Train on `task` with `recipe` and return its History (per-step losses in `history.loss`).
 
+    recipe: a name in RECIPES (fp8lab.numerics.recipes; `recipes.register` adds one) or a Recipe.
     task="teacher" (default): the Linear + bias + RMSNorm layer fitted to a teacher (d_in, d_out, noise; optimizer
-    "adam" or "sgd"). task="chars": the character-level language model of fp8lab.training.model on Tiny Shakespeare
-    (context,
-    embed, hidden, blocks; AdamW; `moments` "bf16" or "fp32", default "bf16" in fp8-deepseek and "fp32" otherwise;
+    "adam" or "sgd"). task="chars": the character-level language model of fp8lab.training.model on Tiny
+    Shakespeare (context, embed, hidden, blocks; AdamW; `moments` "bf16" or "fp32", default the recipe's;
     validation loss every `eval_every` steps in history.val_loss and at the end in history.eval_loss, nats;
     save=DIR writes a checkpoint there at every validation, resume=DIR continues the run saved there to `steps`,
-    with the same losses as an uninterrupted run; see fp8lab.training.checkpoint; `outliers` a power of two s: W1's
-    input
-    gets OUTLIER_CHANNELS channels s times larger and W1 those columns s times smaller, the same product, a
-    controlled test of the FP8 scales, see fp8lab.training.model; `eval_batches` batches of validation windows, the same
-    windows in every run).
-    Options of the other task raise a ValueError naming them.
+    with the same losses as an uninterrupted run; see fp8lab.training.checkpoint; `outliers` a power of two s:
+    W1's input gets OUTLIER_CHANNELS channels s times larger and W1 those columns s times smaller, the same
+    product, a controlled test of the FP8 scales, see fp8lab.training.model; `eval_batches` batches of validation
+    windows, the same windows in every run). Options of the other task raise a ValueError naming them.
+    engine: "kernels" (default), "reference" (NumPy) or "torch" (task "chars" only; float32 or bfloat16 GEMMs;
+    no checkpoints, no EMA; its validation loss once, at the end).
 
     Sizes, steps, lr and ema_decay default to the backend's (sizes("teacher")): on a GPU the original
     program's batch 64, input 512, output 256, lr 1e-3 (600 steps); under the simulator batch 8, 32 -> 16,
@@ -361,9 +178,20 @@ def train(
     seed: an int >= 0. lr, noise: positive finite numbers; ema_decay: a real number in [0, 1) (Python or NumPy
     numbers alike); progress: a bool.
     """
-    V.choice("recipe", recipe, RECIPES)
+    recipe = recipes.get(recipe)
     V.choice("task", task, TASKS)
     V.choice("engine", engine, ENGINES)
+    if engine == "torch":
+        from . import engine_torch
+
+        engine_torch.check_recipe(recipe)
+        if task != "chars":
+            raise ValueError(f"engine='torch' trains task='chars' (the language model), got task={task!r}")
+        if save is not None or resume is not None:
+            raise ValueError("save, resume: checkpoints are for engine='kernels' or 'reference', got engine='torch'")
+        if moments == "bf16":
+            raise ValueError("moments: engine='torch' keeps AdamW's moments in float32 (torch.optim.AdamW), got "
+                             "moments='bf16'")
     other = {"teacher": (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks),
                          ("moments", moments), ("eval_every", eval_every), ("save", save), ("resume", resume),
                          ("outliers", outliers), ("eval_batches", eval_batches)),
@@ -394,12 +222,12 @@ def train(
         raise ValueError(f"optimizer must be {'adamw' if task == 'chars' else 'adam or sgd'} for task={task!r}, got "
                          f"{optimizer!r}")
     if task == "chars":
-        cfg = lm.Config(corpus.load().vocab_size,
-                        *(V.positive_int(n, defaults[n] if v is None else v) for n, v in
-                          (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks))),
-                        outliers=1.0 if outliers is None else outliers)
-        moments = ("bf16" if recipe == "fp8-deepseek" else "fp32") if moments is None else moments
-        V.choice("moments", moments, MOMENTS)
+        cfg = model.Config(corpus.load().vocab_size,
+                           *(V.positive_int(n, defaults[n] if v is None else v) for n, v in
+                             (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks))),
+                           outliers=1.0 if outliers is None else outliers)
+        moments = recipe.moments if moments is None else moments
+        V.choice("moments", moments, recipes.MOMENTS)
         eval_every = V.positive_int("eval_every", defaults["eval_every"] if eval_every is None else eval_every)
         if save is not None:
             save = checkpoint.check_save_dir("save", save, same_as=resume)
@@ -407,6 +235,10 @@ def train(
             resume = checkpoint.check_resume_dir("resume", resume)
         eval_batches = V.positive_int("eval_batches", defaults["eval_batches"] if eval_batches is None else
                                       eval_batches)
+        if engine == "torch":
+            return _train_torch(recipe, cfg, steps, seed, batch, lr, moments, eval_every, eval_batches)
+        if engine == "kernels":  # warns once if the simulator would take minutes
+            runtime.sim_check("fl.train", (batch, cfg.width, 2 * cfg.hidden), SIM_COST, steps=steps)
         return _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
                             eval_batches, save, resume)
     d_in = V.positive_int("d_in", defaults["d_in"] if d_in is None else d_in)
@@ -415,45 +247,9 @@ def train(
 
     if engine == "kernels":  # warns once if the simulator would take minutes
         runtime.sim_check("fl.train", (batch, d_in, d_out), SIM_COST, steps=steps)
-    data = Data(batch, d_in, d_out, noise, seed)
-    step_cls = _KernelStep if engine == "kernels" else _ReferenceStep
-    step = step_cls(recipe, data, lr, optimizer)
-    hist = History(recipe, engine, runtime.backend, batch, d_in, d_out, steps, seed, lr, optimizer, noise)
-    ema = [a.copy() for a in step.weights()]
-
-    if progress:
-        from tqdm.auto import tqdm  # a widget in Jupyter, text in a terminal
-    else:
-        from tqdm import tqdm
-
-    bar = tqdm(range(1, steps + 1), desc=f"{recipe} ({engine}, {runtime.backend})", disable=not progress,
-               unit="step", leave=True)
-    start = time.perf_counter()
-    for i in bar:
-        x, t = data.next()
-        with V.no_float_warnings():  # overflow on the way to a diverging loss is reported below, once
-            value = step(x, t)
-        if not np.isfinite(value):
-            bar.close()
-            raise TrainingDiverged(
-                f"loss became {value} at step {i} of {steps} (recipe={recipe!r}, lr={lr}): "
-                "lower the learning rate, or check the inputs for NaN/Inf", hist)
-        if hist.loss and value > DIVERGENCE_FACTOR * hist.loss[0]:
-            bar.close()
-            raise TrainingDiverged(
-                f"loss became {value:.3g} at step {i} of {steps}, more than {DIVERGENCE_FACTOR:g} times the first "
-                f"step's {hist.loss[0]:.3g} (recipe={recipe!r}, optimizer={optimizer!r}, lr={lr}): lower the "
-                "learning rate", hist)
-        hist.loss.append(value)
-        for e, w in zip(ema, step.weights()):  # EMA on the CPU, as the original program kept it
-            e *= np.float32(ema_decay)
-            e += np.float32(1 - ema_decay) * w
-        if i % max(1, steps // 50) == 0 or i == steps:
-            bar.set_postfix(loss=f"{value:.4f}")
-    hist.seconds = time.perf_counter() - start
-    hist.eval_loss = _mse(forward_fp32(data.eval_x, *step.weights()), data.eval_t)
-    hist.ema_loss = _mse(forward_fp32(data.eval_x, *ema), data.eval_t)
-    return hist
+    return teacher.run(recipe, steps, seed, batch, d_in, d_out, lr, optimizer, noise, ema_decay, engine, progress,
+                       History(recipe.name, engine, runtime.backend, batch, d_in, d_out, steps, seed, lr, optimizer,
+                               noise), TrainingDiverged, DIVERGENCE_FACTOR)
 
 
 def _first_nonfinite(named) -> str | None:
@@ -509,22 +305,21 @@ PROFILE_SKIP = 2
 
 def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
                  eval_batches, save=None, resume=None) -> History:
-    """task="chars" (see train): AdamW on fp8lab.training.model's model, validation loss on fixed windows; a checkpoint
-    in
-    `save` at every validation (fp8lab.training.checkpoint), or the run continued from the one in `resume`."""
+    """task="chars" (see train): AdamW on fp8lab.training.model's model, validation loss on fixed windows; a
+    checkpoint in `save` at every validation (fp8lab.training.checkpoint), or the run continued from the one in
+    `resume`."""
     c = corpus.load()
-    params = lm.init_params(cfg, seed)
+    params = model.init_params(cfg, seed)
     if engine == "kernels":
-        runtime.sim_check("fl.train", (batch, cfg.width, 2 * cfg.hidden), SIM_COST, steps=steps)
-        model = lm_engine.KernelModel(cfg, recipe, batch, params)
-        P = model.params
-        opt = optim.AdamW(P.size, lr=lr, decay=P.mask(lm.DECAYED), moments=moments)
+        net = engine_kernels.KernelModel(cfg, recipe, batch, params)
+        P = net.params
+        opt = optim.AdamW(P.size, lr=lr, decay=P.mask(model.DECAYED), moments=moments)
 
         def step(ids, tgt):
-            return model.loss(ids, tgt), lambda: P.host(P.grad)
+            return net.loss(ids, tgt), lambda: P.host(P.grad)
 
         def update():
-            model.prof.mark("AdamW")
+            net.prof.mark("AdamW")
             opt.step(P.flat, P.grad)
 
         def weights():
@@ -534,12 +329,12 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
         ema = CpuEma(P.flat.copy_to_host(), ema_decay, pinned)
 
         def push_ema():
-            model.prof.mark("EMA copy to host")
+            net.prof.mark("EMA copy to host")
             ema.push(P.flat.copy_to_host)
-            model.prof.stop()
+            net.prof.stop()
 
         def evaluate():
-            return np.mean([model.loss(i, t, grads=False) for i, t in val])
+            return np.mean([net.loss(i, t, grads=False) for i, t in val])
 
         def evaluate_ema():  # the EMA weights in the model's own buffers for a moment (no second model)
             current = P.flat.copy_to_host()
@@ -560,12 +355,12 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
             opt.t = int(st["t"])
             ema.value()[...] = st["ema"]
     else:
-        model = lm.Model(cfg, recipe)
-        opt = lm.AdamW(params, lr, moments=moments)
+        net = engine_reference.Model(cfg, recipe)
+        opt = engine_reference.AdamW(params, lr, moments=moments)
         grads = {}
 
         def step(ids, tgt):
-            loss, g = model.loss(params, ids, tgt)
+            loss, g = net.loss(params, ids, tgt)
             grads.update(g)
             return loss, lambda: grads
 
@@ -583,7 +378,7 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
                 ema[k] += np.float32(1 - ema_decay) * w
 
         def evaluate(p=params):
-            return np.mean([model.loss(p, i, t, False) for i, t in val])
+            return np.mean([net.loss(p, i, t, False) for i, t in val])
 
         def evaluate_ema():
             return evaluate(ema)
@@ -603,10 +398,10 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
     ids_all, tgt_all = c.eval_windows("val", eval_batches * batch, cfg.context)
     val = [(ids_all[k * batch:(k + 1) * batch], tgt_all[k * batch:(k + 1) * batch]) for k in range(eval_batches)]
     stream = np.random.default_rng([seed, 2])
-    hist = History(recipe, engine, runtime.backend, batch, 0, 0, steps, seed, lr, "adamw", 0.0,
+    hist = History(recipe.name, engine, runtime.backend, batch, 0, 0, steps, seed, lr, "adamw", 0.0,
                    task="chars", model=dict(dataclasses.asdict(cfg), moments=moments))
 
-    run = dict(recipe=recipe, engine=engine, model=hist.model, batch=batch, seed=seed, lr=lr, ema_decay=ema_decay,
+    run = dict(recipe=recipe.name, engine=engine, model=hist.model, batch=batch, seed=seed, lr=lr, ema_decay=ema_decay,
                eval_every=eval_every, eval_batches=eval_batches)
     first = 1
     if resume is not None:
@@ -626,14 +421,14 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
 
     from tqdm.auto import tqdm  # a widget in Jupyter, text in a terminal
 
-    bar = tqdm(range(first, steps + 1), desc=f"{recipe} (chars, {engine}, {runtime.backend})", disable=not progress,
-               unit="step", leave=True, initial=first - 1, total=steps)
+    bar = tqdm(range(first, steps + 1), desc=f"{recipe.name} (chars, {engine}, {runtime.backend})",
+               disable=not progress, unit="step", leave=True, initial=first - 1, total=steps)
     start = time.perf_counter()
     for i in bar:
         t0 = time.perf_counter()
         ids, tgt = c.batch(stream, "train", batch, cfg.context)
         if engine == "kernels" and i - first >= PROFILE_SKIP:  # steady state: the first steps compile kernels
-            model.prof.start()
+            net.prof.start()
         with V.no_float_warnings():
             value, grads_of = step(ids, tgt)
         if not np.isfinite(value) or (hist.loss and value > DIVERGENCE_FACTOR * hist.loss[0]):
@@ -641,8 +436,8 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
             bad_w, bad_g = _first_nonfinite(weights()), _first_nonfinite(grads_of())
             where = (f"; parameter {bad_w!r} is not finite" if bad_w else
                      f"; the first non-finite gradient is {bad_g!r}" if bad_g else "")
-            raise TrainingDiverged(f"loss became {value:.4g} at step {i} of {steps} (recipe={recipe!r}, task='chars', "
-                                   f"lr={lr}){where}: lower the learning rate", hist)
+            raise TrainingDiverged(f"loss became {value:.4g} at step {i} of {steps} (recipe={recipe.name!r}, "
+                                   f"task='chars', lr={lr}){where}: lower the learning rate", hist)
         update()
         hist.loss.append(value)
         push_ema()
@@ -654,7 +449,22 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
                 save_now(i)
     hist.seconds = time.perf_counter() - start
     if engine == "kernels":
-        hist.breakdown = model.prof.ms_per_step()
+        hist.breakdown = net.prof.ms_per_step()
     hist.eval_loss = hist.val_loss[-1][1]
     hist.ema_loss = float(evaluate_ema())
+    return hist
+
+
+def _train_torch(recipe, cfg, steps, seed, batch, lr, moments, eval_every, eval_batches) -> History:
+    """task="chars", engine="torch" (see train): the same model, weights and batches in PyTorch (engine_torch)."""
+    from . import engine_torch
+
+    hist = History(recipe.name, "torch", runtime.backend, batch, 0, 0, steps, seed, lr, "adamw", 0.0, task="chars",
+                   model=dict(dataclasses.asdict(cfg), moments=moments))
+    out = engine_torch.train(cfg, steps, batch, lr, seed, autocast=recipe.gemm_precision == "bf16",
+                             eval_batches=eval_batches)
+    hist.loss, hist.step_seconds, hist.seconds = out["loss"], out["step_seconds"], float(sum(out["step_seconds"]))
+    hist.val_loss = [[steps, out["val_loss"]]]
+    hist.eval_loss = out["val_loss"]
+    hist.device = out["device"]
     return hist

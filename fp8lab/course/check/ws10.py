@@ -1,12 +1,11 @@
 """ws10: the training recipe: the bytes a parameter keeps between steps, the precision each op of the language model
-runs in, and the outlier magnitude at which per-tensor scaling breaks, each checked against what fp8lab.training.model
-and
-fl.train do (DeepSeek-V3 technical report, arXiv 2412.19437, sections 3.3.1 and 3.3.3).
+runs in, and the outlier magnitude at which per-tensor scaling breaks, each checked against what the NumPy engine
+(fp8lab.training.engine_reference) and fl.train do (DeepSeek-V3 technical report, arXiv 2412.19437, sections 3.3.1
+and 3.3.3).
 
 The references are measured, not tabulated: state_bytes(recipe) reads the dtypes of fp8lab's arrays,
-precisions(rng, recipe) runs each op of fp8lab.training.model against float64, sweep(logs, ...) measures lecture 08
-(f)'s GEMM
-error over the outlier magnitude."""
+precisions(rng, recipe) runs each op of the NumPy engine against float64, sweep(logs, ...) measures lecture 08 (f)'s
+GEMM error over the outlier magnitude."""
 
 from __future__ import annotations
 
@@ -16,7 +15,8 @@ import numbers
 
 import numpy as np
 
-from ...numerics import formats
+from ...numerics import formats, ops, recipes
+from ...training import engine_reference as numpy_engine
 from ...training import model as lm
 from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder, call_answer
 
@@ -38,30 +38,16 @@ def _attempted(q, fn):
 # ------------------------------------------------------------------------------- what fp8lab keeps, measured
 
 
-@functools.lru_cache(maxsize=None)
 def _default_moments(recipe: str) -> str:
-    """The format fl.train gives AdamW's moments in `recipe` when not told (task chars): one step of a tiny model."""
-    from ...training import loop as training
-
-    h = training.train(recipe, task="chars", engine="reference", steps=1, batch=2, context=1, embed=2, hidden=2,
-                       blocks=1, eval_every=1, eval_batches=1, progress=False)
-    return h.model["moments"]
-
-
-def _tiny_step(rng, recipe="fp8-deepseek"):
-    """A small model (width 150, not a multiple of 128), one batch: (cfg, params, ids, targets, loss, grads)."""
-    cfg = lm.Config(vocab=7, context=3, embed=50, hidden=70, blocks=1)
-    p = lm.init_params(cfg, int(rng.integers(0, 2**31)))
-    ids = rng.integers(0, cfg.vocab, (37, cfg.context))
-    tgt = rng.integers(0, cfg.vocab, 37)
-    loss, g = lm.Model(cfg, recipe).loss(p, ids, tgt)
-    return cfg, p, ids, tgt, loss, g
+    """The format fl.train gives AdamW's moments in `recipe` when not told: the recipe's own."""
+    return recipes.get(recipe).moments
 
 
 @functools.lru_cache(maxsize=None)
 def state_bytes(recipe: str) -> dict:
     """{"master weight", "gradient", "moments": bytes per parameter} that fp8lab keeps from one step to the next in
-    `recipe`, read from the dtypes of its arrays: lm.init_params' master weights, lm.Model.loss's gradients, and the
+    `recipe`, read from the dtypes of its arrays: lm.init_params' master weights, the NumPy engine's Model.loss's
+    gradients, and the
     two moments of the kernel engine's AdamW (kernels.optim.AdamW) in the format fl.train picks for the recipe."""
     from ...kernels import optim
 
@@ -81,7 +67,7 @@ def _rounding(got, exact) -> str:
 
 def _stored(arrays) -> str:
     """The precision the values of `arrays` are stored in: uint16 bfloat16 bits, or float32 arrays that hold only
-    bfloat16 values (lm.AdamW's rounded moments), or genuine float32."""
+    bfloat16 values (numpy_engine.AdamW's rounded moments), or genuine float32."""
     arrays = list(arrays)
     if all(a.dtype == np.uint16 for a in arrays):
         return "bf16"
@@ -98,7 +84,7 @@ def precisions(rng=None, recipe: str = "fp8-deepseek") -> dict:
     rng = np.random.default_rng() if rng is None else rng
     f64 = np.float64
     cfg, p, ids, tgt, _, g = _tiny_step(rng, recipe)
-    model = lm.Model(cfg, recipe)
+    model = numpy_engine.Model(cfg, recipe)
     out = {}
     for name, lin in (("W1", model.lin1[0]), ("W2", model.lin2[0])):
         N, K = p[f"{name.lower()}_0"].shape
@@ -112,22 +98,22 @@ def precisions(rng=None, recipe: str = "fp8-deepseek") -> dict:
         out[f"{name} Wgrad"] = _rounding(dw, dy.T.astype(f64) @ x.astype(f64))
     x = rng.standard_normal((37, cfg.width)).astype(F32) * F32(3)
     gain = rng.uniform(0.5, 1.5, cfg.width).astype(F32)
-    z, _ = lm.rmsnorm(x, gain)
+    z, _ = ops.rmsnorm(x, gain)
     x64 = x.astype(f64)
-    out["RMSNorm"] = _rounding(z, x64 / np.sqrt((x64 * x64).mean(axis=1, keepdims=True) + lm.EPS) * gain)
+    out["RMSNorm"] = _rounding(z, x64 / np.sqrt((x64 * x64).mean(axis=1, keepdims=True) + ops.EPS) * gain)
     u = rng.standard_normal((37, 2 * cfg.hidden)).astype(F32) * F32(2)
     a, b = u[:, :cfg.hidden].astype(f64), u[:, cfg.hidden:].astype(f64)
-    out["SwiGLU"] = _rounding(lm.swiglu(u), a / (1 + np.exp(-a)) * b)
+    out["SwiGLU"] = _rounding(ops.swiglu(u), a / (1 + np.exp(-a)) * b)
     logits = rng.standard_normal((37, cfg.vocab)).astype(F32) * F32(4)
     t = rng.integers(0, cfg.vocab, 37)
     e = np.exp(logits.astype(f64) - logits.max(axis=1, keepdims=True))
     want = e / e.sum(axis=1, keepdims=True)
     want[np.arange(37), t] -= 1
-    out["softmax"] = _rounding(lm.cross_entropy(logits, t)[1], want / 37)
+    out["softmax"] = _rounding(ops.cross_entropy(logits, t)[1], want / 37)
     _, _, zf, _, head_logits = model._forward(p, ids)
     out["output head"] = _rounding(head_logits, zf.astype(f64) @ p["head"].T.astype(f64))
     out["weight gradients"] = _stored(g.values())
-    opt = lm.AdamW(p, 1e-3, moments=_default_moments(recipe))
+    opt = numpy_engine.AdamW(p, 1e-3, moments=_default_moments(recipe))
     opt.step(p, g)
     out["AdamW moments"] = _stored([*opt.m.values(), *opt.v.values()])
     out["master weights"] = _stored(p.values())
@@ -156,11 +142,13 @@ def _memory_variants(recipe, parts):
         (M + mom, "the gradient is kept too, from the backward pass to the optimizer step (in FP32: DeepSeek-V3 "
                   "accumulates gradients over micro-batches in FP32, section 3.3.3)"),
     ]
-    if recipe.startswith("fp8"):
-        out.append((right + 1, "the FP8 copy of a weight is not kept between steps: lm.Linear.forward quantizes the "
-                               "FP32 master weight at every forward (spec.quantize(w, 'block')) and the copy lives "
-                               "only until the backward, like an activation; (g) counts 16 -> 12 bytes without it"))
-    if recipe == "bf16":
+    precision = recipes.get(recipe).gemm_precision
+    if precision == "fp8":
+        out.append((right + 1, "the FP8 copy of a weight is not kept between steps: the NumPy engine's Linear.forward "
+                               "quantizes the FP32 master weight at every forward (spec.quantize(w, 'block')) and the "
+                               "copy lives only until the backward, like an activation; (g) counts 16 -> 12 bytes "
+                               "without it"))
+    if precision == "bf16":
         out.append((right + 2, "the BF16 copy of a weight is made from the FP32 master at every forward and lives only "
                                "until the backward, like an activation: (g) does not count it"))
     out += [
@@ -169,7 +157,7 @@ def _memory_variants(recipe, parts):
         (right * 8, "that is bits: the answer is in bytes (FP32 is 4 bytes, BF16 2)"),
     ]
     for low in (2, 1):  # master weight and gradient in BF16 or FP8
-        if recipe != "fp32":
+        if precision != "fp32":
             out.append((2 * low + mom, f"the {recipe} recipe lowers only the GEMMs' inputs: master weights and "
                                        "gradients stay FP32 in every recipe, and each step quantizes the GEMM inputs "
                                        "afresh from the FP32 master"))
@@ -214,7 +202,7 @@ def _precision_hint(op, got, want):
                  "Wgrad": "Wgrad (dW = dy^T x: dy^T in 1x128 tiles and the FP8 x cached by Fprop, re-tiled 128x1; "
                           "only its output, the gradient, is FP32)"}[op.split()[-1]]
         return (f"DeepSeek-V3 runs all three GEMMs of every Linear in FP8 E4M3 (section 3.3.1, Figure 6), and so does "
-                f"lm.Linear('fp8-deepseek') for W1 and W2 alike: {which}")
+                f"the NumPy engine's Linear('fp8-deepseek') for W1 and W2 alike: {which}")
     if op == "output head" and got == "fp8":
         return ("only the block Linears W1 and W2 go to FP8: DeepSeek-V3 keeps the output head (and the embedding) in "
                 "BF16/FP32 (section 3.3.1), and fp8lab's Model computes logits = RMSNorm(x) head^T in FP32 in every "
@@ -226,7 +214,7 @@ def _precision_hint(op, got, want):
         return "the embedding is a lookup, not a GEMM; its table stays FP32 (DeepSeek-V3: BF16/FP32, section 3.3.1)"
     if op in ("RMSNorm", "softmax", "SwiGLU"):
         fn = {"RMSNorm": "rmsnorm", "softmax": "cross_entropy", "SwiGLU": "swiglu"}[op]
-        return (f"the {op} computes in FP32 (lm.{fn} "
+        return (f"the {op} computes in FP32 (fp8lab.numerics.ops.{fn} "
                 "works in float32): in fp8-deepseek its output is then quantized to FP8 as the next GEMM's input "
                 "(on the kernels, fused into the same kernel), but that quantization belongs to the GEMM; DeepSeek-V3 "
                 "keeps normalization in high precision")
@@ -273,9 +261,10 @@ DEEPSEEK_FACTOR = 1.5  # while DeepSeek's stays within this times its own at s =
 
 
 def sweep(logs, rng=None, M=16, N=40, K=512) -> dict:
-    """{log2 s: {"fp8-tensor": error, "fp8-deepseek": error}}: the normwise error of lm.Linear(recipe).forward on
-    z * d, w / d against float64 z w^T, with d = lm.outlier_scales(...) (s on lm.OUTLIER_CHANNELS channels of the
-    K inputs), as lecture 08 (f) measures it; z (M, K) normal, w (N, K) normal / sqrt(K)."""
+    """{log2 s: {"fp8-tensor": error, "fp8-deepseek": error}}: the normwise error of the NumPy engine's
+    Linear(recipe).forward on z * d, w / d against float64 z w^T, with d = lm.outlier_scales(...) (s on
+    lm.OUTLIER_CHANNELS channels of the K inputs), as lecture 08 (f) measures it; z (M, K) normal, w (N, K) normal /
+    sqrt(K)."""
     rng = np.random.default_rng() if rng is None else rng
     z = rng.standard_normal((M, K)).astype(F32)
     w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(F32)
@@ -284,7 +273,8 @@ def sweep(logs, rng=None, M=16, N=40, K=512) -> dict:
     for e in logs:
         d = lm.outlier_scales(lm.Config(65, 1, K, 8, 1, outliers=2.0**int(e)))
         d = np.ones(K, F32) if d is None else d
-        out[int(e)] = {r: float(np.linalg.norm(lm.Linear(r).forward(z * d, w / d) - exact) / np.linalg.norm(exact))
+        out[int(e)] = {r: float(np.linalg.norm(numpy_engine.Linear(r).forward(z * d, w / d) - exact)
+                                / np.linalg.norm(exact))
                        for r in ("fp8-tensor", "fp8-deepseek")}
     return out
 
@@ -423,5 +413,6 @@ def per_tensor_breaks_at(fn, rng=None):
             f"['fp8-tensor'] and errors_by_log2[e]['fp8-deepseek'] <= {DEEPSEEK_FACTOR:g} * errors_by_log2[0]"
             "['fp8-deepseek']")
         fail(q, [f"per_tensor_breaks_at({_show(E, [want, got])}) returned {got!r}, expected {want!r}"], hint)
-    return (f"{len(cases)} sweeps (3 measured with lm.Linear, per-tensor breaking at log2(s) = {seen[0]} in the full "
+    return (f"{len(cases)} sweeps (3 measured with the NumPy engine's Linear, per-tensor breaking at log2(s) = "
+            f"{seen[0]} in the full "
             f"one; {len(cases) - 3} hand-made edge cases)")

@@ -1,8 +1,7 @@
 """ws9: the FP8 Linear's weight gradient the DeepSeek-V3 way: the cached 1x128 tiles of x re-quantized as 128x1
-tiles (checked bit for bit against fp8lab.numerics.spec.requantize_tile_to_col), Wgrad from them (against
-fp8lab.training.model.Linear("fp8-deepseek").backward) and what the second rounding costs (arXiv 2412.19437, sections
-3.3
-and 3.5.2)."""
+tiles (checked bit for bit against fp8lab.numerics.spec.requantize_tile_to_col), Wgrad from them (against the NumPy
+engine's fp8lab.training.engine_reference.Linear("fp8-deepseek").backward) and what the second rounding costs (arXiv
+2412.19437, sections 3.3 and 3.5.2)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import textwrap
 import numpy as np
 
 from ...numerics import formats, spec
-from ...training import model as lm
+from ...training import engine_reference as numpy_engine
 from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder, tie_traps
 
 __all__ = ["requantize_tile_to_col", "fp8_wgrad", "wgrad_errors"]
@@ -287,7 +286,7 @@ def _close(got, want, bound):
 @question
 def fp8_wgrad(fn, rng=None):
     """Check `fn(dy, x_codes, x_scales) -> dW`: dy float32 (M, N), x's cached E4M3 codes (M, K) and 1x128 tile
-    scales (M, ceil(K/128)) -> dW (N, K) = dy^T x the fp8-deepseek way, equal to lm.Linear("fp8-deepseek")
+    scales (M, ceil(K/128)) -> dW (N, K) = dy^T x the fp8-deepseek way, equal to the NumPy engine's Linear("fp8-deepseek")
     .backward's dW up to float32 rounding (|error| <= 2 M 2^-24 (|A| |B|^T) for the dequantized operands A, B)."""
     q = "fp8_wgrad"
     if still_a_placeholder(fn):
@@ -296,9 +295,9 @@ def fp8_wgrad(fn, rng=None):
     cases = _wgrad_cases(rng)
     exact = 0
     for M, K, N, x, w, dy in cases:
-        lin = lm.Linear("fp8-deepseek")
+        lin = numpy_engine.Linear("fp8-deepseek")
         lin.forward(x, w)
-        xc, xs = lin.cache[0], lin.cache[1]
+        xc, xs = lin.cache[0], lin.cache[1]  # the FP8 x that Fprop kept
         want = lin.backward(dy)[1]
         what = f"dy ({M}, {N}), x_codes ({M}, {K}), x_scales {xs.shape}"
         args = (dy.copy(), xc.copy(), xs.copy())
@@ -330,7 +329,7 @@ def fp8_wgrad(fn, rng=None):
             fail(q, [f"{what}: dW[{n}, {k}] is {got[n, k]:.6g}, expected {want[n, k]:.6g} (beyond float32 rounding, "
                      f"{bound[n, k]:.2g}); normwise difference {rel:.2%}"], hint)
         exact += bool(np.array_equal(got, want))
-    return (f"{len(cases)} layers (ragged M, K, N): dW equal to lm.Linear('fp8-deepseek').backward's "
+    return (f"{len(cases)} layers (ragged M, K, N): dW equal to the NumPy engine's Linear('fp8-deepseek').backward's "
             f"({exact} bit for bit, {len(cases) - exact} within float32 rounding)")
 
 

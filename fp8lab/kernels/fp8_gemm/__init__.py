@@ -39,7 +39,7 @@ from __future__ import annotations
 from ... import bench
 from . import checks as _checks
 from . import timings as _timings
-from .checks import on_device, random_operands
+from .checks import operand_on_device, random_operands
 from .host import SIM_SMS, check_device, check_sms, device_sms, fp8_gemm, launch
 from .reference import (ALIGN, OPERAND_GRANULARITIES, abs_product, error_bound, fma_tolerance, reference, reference64,
                         tensor_core_bound)
@@ -55,10 +55,10 @@ timings = _timings.timings
 __all__ = ["VERSIONS", "BEST", "LIMITED_VERSIONS", "TENSOR_CORE_VERSIONS", "PERSISTENT_VERSIONS", "best_version",
            "fp8_gemm", "launch", "check_device", "check_sms", "device_sms", "SIM_SMS", "tiles", "reference",
            "reference64", "abs_product", "error_bound", "tensor_core_bound", "fma_tolerance", "random_operands",
-           "on_device", "torch_blockwise", "kernels", "make_kernels", "make_kernel3", "make_kernel4", "make_kernel5",
-           "make_kernel6", "make_kernel7", "ALIGN", "TILE", "OPERAND_GRANULARITIES", "BK4", "BM4", "BN4", "ROW4",
-           "SMEM4", "STAGES4", "THREADS4", "BM5", "BN5", "SMEM5", "STAGES5", "THREADS5", "TILE5", "OPTIONS",
-           "checks", "timings", "main"]
+           "operand_on_device", "torch_blockwise", "kernels", "make_kernels", "make_kernel3", "make_kernel4",
+           "make_kernel5", "make_kernel6", "make_kernel7", "ALIGN", "TILE", "OPERAND_GRANULARITIES", "BK4", "BM4",
+           "BN4", "ROW4", "SMEM4", "STAGES4", "THREADS4", "BM5", "BN5", "SMEM5", "STAGES5", "THREADS5", "TILE5",
+           "OPTIONS", "checks", "timings", "main"]
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,7 @@ from .reference import error_bound, fma_tolerance, reference, reference64, tenso
 from .table import LIMITED_VERSIONS, TENSOR_CORE_VERSIONS, VERSIONS
 
 
-def on_device(q):
+def operand_on_device(q):
     return QuantizedTensor(cuda.to_device(q.data), cuda.to_device(q.scale), q.fmt, q.granularity, q.block)
 
 
@@ -25,7 +25,7 @@ def random_operands(rng, M, N, K, on_device=False):
     for (rows, granularity) in ((M, "tile"), (N, "block")):
         codes, scale, _ = spec.quantize(rng.standard_normal((rows, K), dtype=np.float32), granularity)
         q = QuantizedTensor(codes, scale, "e4m3", granularity, GROUP_K)
-        qs.append(on_device(q) if on_device else q)
+        qs.append(operand_on_device(q) if on_device else q)
     return tuple(qs)
 
 
@@ -43,7 +43,7 @@ def _check_all(rng, M, N, K, only=None) -> list:
             continue
         m, n = (M, N) if (runtime.IS_SIM or accum_bits is None) else (min(M, 96), min(N, 96))
         qa, qb = random_operands(rng, m, n, K)
-        da, db = on_device(qa), on_device(qb)
+        da, db = operand_on_device(qa), operand_on_device(qb)
         ref64 = reference64(qa, qb)
         ref = reference(qa, qb, accum_bits, promote) if (runtime.IS_SIM or accum_bits is not None) else None
         for v in versions:

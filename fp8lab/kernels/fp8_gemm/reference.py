@@ -141,9 +141,10 @@ def error_bound(qa, qb) -> np.ndarray:
 def tensor_core_bound(qa, qb) -> np.ndarray:
     """|y - reference64| allowed for versions 4-7 on a GPU: the FP32 bound plus 2^-9 * abs_product for the
     tensor core's own accumulator inside each K-group. wgmma keeps 13 mantissa bits and truncates
-    (fp8lab.kernels.tc_accum finds it on the GPU, BENCHMARKS.md records the H200's; DeepSeek-V3 reports about 14 bits): each of the 4 instructions of a
-    K-group loses less than 2^-12 of its largest term per term, and random signs average most of it out; a
-    wrong fragment or descriptor is off by whole products (order 1 of abs_product)."""
+    (fp8lab.kernels.tc_accum finds it on the GPU, BENCHMARKS.md records the H200's; DeepSeek-V3 reports about 14
+    bits): each of the 4 instructions of a K-group loses less than 2^-12 of its largest term per term, and random
+    signs average most of it out; a wrong fragment or descriptor is off by whole products (order 1 of
+    abs_product)."""
     return error_bound(qa, qb) + 2.0**-9 * abs_product(qa, qb)
 
 
