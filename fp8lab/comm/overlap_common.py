@@ -16,9 +16,9 @@ from ..bench import timing
 from ..device import runtime
 from ..device.runtime import cuda
 from ..kernels import fp8_gemm as fg
+from ..numerics.spec import ScaleKind
 
 GIVEN_SMS = 20  # DeepSeek-V3's SMs for communication (of 132 on an H800), section 3.2.2
-_TILE, _BLOCK = 1, 2  # fp8_gemm.launch's scale kinds of random_operands' operands (1 x 128 tiles, 128 x 128 blocks)
 
 SIZES = {
     # simulator: one GEMM tile (two for the split), a few KiB; the pretend device of sm_budget has 2 SMs
@@ -141,8 +141,9 @@ def gemm_operands(rng, M, N, K):
 
 
 def launch_gemm(qa, qb, out, version: int = 7, **kwargs) -> None:
-    """out = qa @ qb.T by fp8_gemm `version` (kwargs to fp8_gemm.launch: sms, stream); asynchronous."""
-    fg.launch(qa.data, qa.scale, qb.data, qb.scale, out, _TILE, _BLOCK, version=version, **kwargs)
+    """out = qa @ qb.T by fp8_gemm `version` (kwargs to fp8_gemm.launch: sms, stream); asynchronous. qa, qb: from
+    gemm_operands (1 x 128 tiles, 128 x 128 blocks)."""
+    fg.launch(qa.data, qa.scale, qb.data, qb.scale, out, ScaleKind.TILE, ScaleKind.BLOCK, version=version, **kwargs)
 
 
 def assert_gemm(label, got, qa, qb, exact=None, exact_label=""):

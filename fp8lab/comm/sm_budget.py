@@ -1,9 +1,10 @@
-"""Overlap on one GPU, experiment 2: the SM budget. DeepSeek-V3 (arXiv 2412.19437, section 3.2.2) gives 20 of the
-H800's 132 SMs to its communication kernels; `sm_budget()` runs the persistent FP8 GEMM (fp8_gemm version 7) on
-`sms` SMs, alone and beside `copy_persistent` (a bandwidth-bound stand-in for a communication kernel, one block per
-SM) on the SMs left over, on a second stream: GEMM TFLOP/s and copy GB/s for each split, and what giving 20 SMs
-away costs the GEMM; `plot_sm_budget` draws it. Under the simulator it runs at tiny sizes on a pretend device of 2
-SMs and times nothing.
+"""Overlap on one GPU, experiment 2, the SM budget: an FP8 GEMM that leaves SMs to a communication kernel.
+
+DeepSeek-V3 (arXiv 2412.19437, section 3.2.2) gives 20 of the H800's 132 SMs to its communication kernels.
+`sm_budget()` runs the persistent FP8 GEMM (fp8_gemm version 7) on `sms` SMs, alone and beside `copy_persistent`
+(a bandwidth-bound stand-in for a communication kernel, one block per SM) on the SMs left over, on a second stream:
+GEMM TFLOP/s and copy GB/s for each split, and what giving 20 SMs away costs the GEMM; `plot_sm_budget` draws it.
+Under the simulator it runs at tiny sizes on a pretend device of 2 SMs and times nothing.
 
 `copy_kernel` is lecture 09's editable kernel: `checks(rng, only=["copy"])` checks it alone and `timings` with
 `args.only = ["copy"]` times it on every SM (what `fp8lab.course.notebook.try_kernel` runs). `fp8lab bench overlap`
@@ -173,9 +174,10 @@ class SmBudgetResult:
             gemm_rows.append(bench.Row(f"v7 on {sms_text(s.sms)}, alone", s.gemm_alone_ms, self.flops,
                                        {"of v7 on all SMs": of_full(s.gemm_alone_ms), "copy running during": "-"}))
             if s.copy_sms:
-                gemm_rows.append(bench.Row(f"v7 on {sms_text(s.sms)}, beside the copy on {s.copy_sms}", s.gemm_beside_ms,
-                                           self.flops, {"of v7 on all SMs": of_full(s.gemm_beside_ms),
-                                                        "copy running during": pct(s.gemm_covered)}))
+                gemm_rows.append(bench.Row(f"v7 on {sms_text(s.sms)}, beside the copy on {s.copy_sms}",
+                                           s.gemm_beside_ms, self.flops,
+                                           {"of v7 on all SMs": of_full(s.gemm_beside_ms),
+                                            "copy running during": pct(s.gemm_covered)}))
                 copy_rows.append(bench.Row(f"copy on {sms_text(s.copy_sms)}, alone", s.copy_alone_ms,
                                            2.0 * self.copy_bytes, {"GEMM running during": "-"}))
                 copy_rows.append(bench.Row(f"copy on {sms_text(s.copy_sms)}, beside v7 on {s.sms}", s.copy_beside_ms,
@@ -241,8 +243,8 @@ def sm_budget(gemm=None, copy_bytes=None, total_sms=None, splits=None, *, measur
     Timing: the GEMM beside the copy runs while the copy, given enough repeats to outlast it, streams on the other
     SMs; the copy beside the GEMM is timed per repeat while the GEMM, launched until it outlasts the copy, runs.
     A block of the GEMM takes nearly all of an SM's registers (256 threads; ptxas's count per thread is in
-    docs/notes/overlap.md) and 129 KiB of its shared memory, a block of the copy reserves COPY_SMEM: no two blocks share an SM, so the GEMM's `sms` blocks
-    run on `sms` SMs and the copy's blocks on the others.
+    docs/notes/overlap.md) and 129 KiB of its shared memory, a block of the copy reserves COPY_SMEM: no two blocks
+    share an SM, so the GEMM's `sms` blocks run on `sms` SMs and the copy's blocks on the others.
     """
     size = SIZES[runtime.backend]["sm_budget"]
     M, N, K = check_shape("gemm", size["gemm"] if gemm is None else gemm)
@@ -299,7 +301,8 @@ def sm_budget(gemm=None, copy_bytes=None, total_sms=None, splits=None, *, measur
                 # the GEMM outlasts the copy: every repeat of the copy runs beside it
                 reps = max(1, math.floor(0.5 * sp.gemm_alone_ms / sp.copy_alone_ms))
                 calls = max(1, math.ceil(2.0 * reps * sp.copy_alone_ms / sp.gemm_alone_ms))
-                (g0, g1), (c0, c1) = timed_on_streams([(lambda s: gemm(s, calls), s1), (lambda s: copy(s, reps), s2)], repeat)
+                (g0, g1), (c0, c1) = timed_on_streams([(lambda s: gemm(s, calls), s1), (lambda s: copy(s, reps), s2)],
+                                                      repeat)
                 sp.copy_beside_ms, sp.copy_covered = (c1 - c0) / reps, covered((c0, c1), (g0, g1))
             else:
                 gemm(s1)

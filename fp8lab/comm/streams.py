@@ -1,8 +1,10 @@
-"""Overlap on one GPU, experiment 1: copies of pinned host memory to and from the GPU (H2D, D2H) beside the FP8
-GEMM (fp8_gemm version 7 on every SM), issued one after another on one stream, then each on its own stream: the copy
-engines move bytes while the SMs compute. `streams()` times every operation with CUDA events against one start event
-and verifies every output; `plot_timeline` draws the two runs. Under the simulator it runs at tiny sizes and times
-nothing (times None). `fp8lab bench overlap` (`fp8lab.comm.overlap`) runs it with experiment 2 (`sm_budget`).
+"""Overlap on one GPU, experiment 1, streams: copies between host and GPU beside an FP8 GEMM.
+
+`streams()` issues a copy of pinned host memory to the GPU (H2D), the FP8 GEMM (fp8_gemm version 7 on every SM) and
+a copy back (D2H), one after another on one stream, then each on its own stream: the copy engines move bytes while
+the SMs compute. It times every operation with CUDA events against one start event and verifies every output;
+`plot_timeline` draws the two runs. Under the simulator it runs at tiny sizes and times nothing (times None).
+`fp8lab bench overlap` (`fp8lab.comm.overlap`) runs it with experiment 2 (`fp8lab.comm.sm_budget`).
 """
 
 from __future__ import annotations
