@@ -38,6 +38,16 @@ def _attempted(q, fn):
 # ------------------------------------------------------------------------------- what fp8lab keeps, measured
 
 
+def _tiny_step(rng, recipe="fp8-deepseek"):
+    """A small model (width 150, not a multiple of 128), one batch: (cfg, params, ids, targets, loss, grads)."""
+    cfg = lm.Config(vocab=7, context=3, embed=50, hidden=70, blocks=1)
+    p = lm.init_params(cfg, int(rng.integers(0, 2**31)))
+    ids = rng.integers(0, cfg.vocab, (37, cfg.context))
+    tgt = rng.integers(0, cfg.vocab, 37)
+    loss, g = numpy_engine.Model(cfg, recipe).loss(p, ids, tgt)
+    return cfg, p, ids, tgt, loss, g
+
+
 def _default_moments(recipe: str) -> str:
     """The format fl.train gives AdamW's moments in `recipe` when not told: the recipe's own."""
     return recipes.get(recipe).moments
