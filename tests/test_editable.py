@@ -205,13 +205,13 @@ def test_try_kernel_puts_the_library_back_after_a_crash(rng, monkeypatch):
     copy = _compile(notebook.editable_source("fp8lab.kernels.reduce.reduce_kernel2"))
 
     def crash(rng, only=None):
-        assert R.KERNELS[2] is copy and R.reduce_kernel2 is copy  # swapped in while the checks run
+        assert R.VERSIONS[2].kernel is copy and R.reduce_kernel2 is copy  # swapped in while the checks run
         raise RuntimeError("boom")
 
     monkeypatch.setattr(R, "checks", crash)
     with pytest.raises(RuntimeError, match="boom"):
         notebook.try_kernel(R, 2, copy, rng=rng)
-    assert R.KERNELS[2] is library and R.reduce_kernel2 is library
+    assert R.VERSIONS[2].kernel is library and R.reduce_kernel2 is library
 
 
 def test_try_kernel_refuses_a_factory_copy_whose_constants_changed(rng):
@@ -260,7 +260,7 @@ def test_try_kernel_rejects_bad_input():
                        .replace("def reduce_kernel2", "def my_sum"))
     with pytest.raises(ValueError, match="is not a kernel of fp8lab.kernels.reduce"):
         notebook.try_kernel(R, 2, renamed)
-    assert R.KERNELS[2] is R.reduce_kernel2 and R.reduce_kernel2.py_func.__name__ == "reduce_kernel2"
+    assert R.VERSIONS[2].kernel is R.reduce_kernel2 and R.reduce_kernel2.py_func.__name__ == "reduce_kernel2"
 
 
 # --------------------------------------------------------------------------------------- generator and helpers

@@ -30,9 +30,8 @@ from ..device import runtime
 from ..bench import timing
 from ..device.runtime import cuda
 from .common import bf16_load, bf16_store_bits
+from .versions import Version
 
-VERSIONS = {1: "one grid-stride launch over the flat FP32 buffer (Adam, SGD)"}
-BEST = 1
 THREADS = runtime.block_threads(256)
 MOMENTS = ("bf16", "fp32")
 """How AdamW stores its moments: bfloat16 bit patterns in uint16 arrays, or float32."""
@@ -111,6 +110,10 @@ def adamw_fp32_kernel(p, g, m, v, decay, decay_all, lr, b1, c1, b2, c2, eps, kee
         v[i] = vf
         p[i] = adamw_param(p[i], mf, vf, _decayed(decay, decay_all, i), keep, lr, bc1, bc2, eps)
         i += cuda.gridsize(1)
+
+
+VERSIONS = {1: Version("one grid-stride launch over the flat FP32 buffer (Adam, SGD)", (adam_kernel, sgd_kernel))}
+BEST = 1
 
 
 class Adam:
@@ -400,8 +403,9 @@ def timings(rng, args) -> list:
     p = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
     g = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
     adam, sgd = Adam(n), SGD(n, lr=1e-9)
-    rows = [bench.Row("v1 Adam", timing.time_ms(lambda: adam.step(p, g)), 4 * n * 7),  # p, g, m, v read; p, m, v written
-            bench.Row("v1 SGD", timing.time_ms(lambda: sgd.step(p, g)), 4 * n * 3)]  # p, g read; p written
+    # Adam: p, g, m, v read and p, m, v written; SGD: p, g read and p written
+    rows = [bench.Row("v1 Adam", timing.time_ms(lambda: adam.step(p, g)), 4 * n * 7),
+            bench.Row("v1 SGD", timing.time_ms(lambda: sgd.step(p, g)), 4 * n * 3)]
     # AdamW: p read and written (8 bytes), g read (4), m and v read and written (2 x 2 x 2 or 4 bytes); the mask
     # adds 4 bytes read
     mask = (rng.random(n) < 0.5).astype(np.float32)
