@@ -457,7 +457,8 @@ def cross_entropy(logits, targets, *, version: int | None = None) -> tuple[float
 
 
 def reference_rows(logits, targets) -> tuple[np.ndarray, np.ndarray]:
-    """(per-row losses (M,), dlogits (M, V)), both float64."""
+    """(per-row losses (M,), dlogits (M, V)), both float64: the exact values the kernels are bounded against
+    (numerics.ops.cross_entropy is the NumPy engine's float32 program)."""
     x = np.asarray(logits, np.float64)
     M, V = x.shape
     t = host_targets(targets, M, V)

@@ -114,12 +114,15 @@ def backward(dz, y, g, rstd, dy, gy, version: int = BEST) -> None:
 
 
 def reference_forward(y, g):
+    """(z, rstd) in float64: the exact values the kernels' float32 results are bounded against (numerics.ops.rmsnorm
+    is the float32 program the NumPy engine runs, a different thing)."""
     y = np.asarray(y, np.float64)
     rstd = 1.0 / np.sqrt((y * y).mean(axis=1) + float(EPS))
     return y * rstd[:, None] * np.asarray(g, np.float64), rstd
 
 
 def reference_backward(dz, y, g):
+    """(dy, dg) in float64, the bound's exact values (numerics.ops.rmsnorm_backward: the NumPy engine's float32)."""
     dz, y, g = (np.asarray(a, np.float64) for a in (dz, y, g))
     _, rstd = reference_forward(y, g)
     dot = (dz * g * y).sum(axis=1)

@@ -335,7 +335,8 @@ def _halves(u):
 
 
 def reference_forward(u) -> np.ndarray:
-    """float32 h (M, F): silu(a) * b evaluated in float64 and rounded once, bit for bit what the kernels compute."""
+    """float32 h (M, F): silu(a) * b evaluated in float64 and rounded once, bit for bit what the kernels compute (the
+    NumPy engine runs numerics.ops.swiglu, float32 throughout: its own program, not this spec)."""
     a, b = _halves(u)
     with np.errstate(invalid="ignore", over="ignore"):  # -Inf * 0 is NaN, a huge h is Inf, as on a GPU
         s, _ = reference_sigmoid_parts(a)

@@ -1,10 +1,9 @@
 """The FP8 tensor-core accumulator, measured: D = C + A @ B.T for one 32-wide slice of K, one instruction per tile.
 
 A (R, 32) and B (8, 32) are FP8 codes (B given as its transpose, the "col" layout of mma), C and D (R, 8) float32.
-Crafted inputs (`probes`) then show what the hardware does inside one instruction: how many mantissa bits the
-sum keeps, whether it rounds or truncates, and how products of different sizes are aligned, compared with
-fp8lab.numerics.accum's model (`model_matches`). Under the simulator the twins compute FP32 sums in k order
-(`reference`).
+Crafted inputs (`probes`) then show what the hardware does inside one instruction: how many mantissa bits the sum keeps,
+whether it rounds or truncates, and how products of different sizes are aligned, compared with fp8lab.numerics.accum's
+model (`model_matches`). Under the simulator the twins compute FP32 sums in k order (`reference`).
 
 version 1: mma.sync m16n8k32, one warp per 16 rows, fragments packed from global memory by each lane.
 version 2: wgmma m64n8k32, one warpgroup per 64 rows, A and B staged in 128-byte-swizzled shared memory and read
@@ -156,8 +155,7 @@ def exact(a_codes, b_codes, c, fmt_a: str = "e4m3", fmt_b: str = "e4m3") -> np.n
 
 def model(a_codes, b_codes, c, bits: int, fmt_a: str = "e4m3", fmt_b: str = "e4m3") -> np.ndarray:
     """fp8lab.numerics.accum's limited accumulator for one group of 32 products: C and the products aligned to the
-    largest
-    exponent, truncated to `bits` mantissa bits, added exactly, the sum truncated (float32 result)."""
+    largest exponent, truncated to `bits` mantissa bits, added exactly, the sum truncated (float32 result)."""
     A = formats.decode(np.asarray(a_codes, np.uint8), fmt_a).astype(np.float64)
     B = formats.decode(np.asarray(b_codes, np.uint8), fmt_b).astype(np.float64)
     p = A[:, None, :] * B[None, :, :]  # (R, 8, 32)

@@ -375,10 +375,9 @@ def _synthetic(rng):
 
 @question
 def per_tensor_breaks_at(fn, rng=None):
-    """Check `fn(errors_by_log2) -> smallest log2(s) or None` on sweeps measured with fp8lab.training.model.Linear (odd
-    shapes,
-    fresh random inputs, all or some of log2(s) = 0..20, keys shuffled) and on small hand-made sweeps that separate
-    the rule's edges."""
+    """Check `fn(errors_by_log2) -> smallest log2(s) or None` on sweeps measured with the NumPy engine's Linear (odd
+    shapes, fresh random inputs, all or some of log2(s) = 0..20, keys shuffled) and on small hand-made sweeps that
+    separate the rule's edges."""
     q = "per_tensor_breaks_at"
     _attempted(q, fn)
     rng = np.random.default_rng() if rng is None else rng
