@@ -2,9 +2,9 @@
 (`fp8_gemm` on QuantizedTensors lives in kernels/fp8_gemm/.)
 
 Granularity "tensor" (one current scale per tensor) is implemented by the kernels in kernels/quantize.py; the
-fine-grained ones (row, 1x128 tile, 128x128 block, MX groups of 32) by kernels/quantize_fine.py. fp8lab/numerics/spec.py
-states the scale rules and the edge-case policies (partial groups, all-zero groups, NaN/Inf) and is the NumPy
-reference of every result here.
+fine-grained ones (row, 1x128 tile, 128x128 block, MX groups of 32) by kernels/quantize_fine/.
+fp8lab/numerics/spec.py states the scale rules and the edge-case policies (partial groups, all-zero groups,
+NaN/Inf) and is the NumPy reference of every result here.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import inspect
 import pathlib
+import re
+import sys
 
 import numpy as np
 import pytest
@@ -18,30 +20,12 @@ from fp8lab.kernels import MODULES, load, versions
 
 PKG = pathlib.Path(fp8lab.__file__).parent
 
-# Lower layers never import higher ones (fp8lab/kernels/README.md draws them).
-LAYERS = {
-    0: ("_validate", "numerics", "numerics.formats", "numerics.spec", "numerics.accum", "numerics.scaling",
-        "device", "device.select", "device.hardware", "course", "course.plotting", "training", "training.corpus",
-        "training.model", "training.checkpoint", "training.engine_reference", "comm", "comm.moe", "comm.pipeline",
-        "numerics.recipes", "numerics.ops", "comm.moe_reference", "comm.moe_alltoall", "comm.moe_cost",
-        "comm.pipeline_schedules", "comm.pipeline_timeline"),
-    1: ("device.simgaps", "device.pool", "device.runtime"),
-    2: ("device.ptx", "device.ptx.base", "device.ptx.conversions", "device.ptx.memory", "device.ptx.mma",
-        "device.ptx.wgmma", "device.ptx.compile"),
-    3: ("bench.timing", "bench", "course.recorded", "bench.triton_peer", "kernels", "kernels.common",
-        "kernels.versions"),
-    4: (*(f"kernels.{m}" for m in MODULES),
-        *(f"kernels.fp8_gemm.{m}" for m in ("simt", "tensor_cores", "table", "host", "reference", "checks", "timings",
-                                             "__main__")),
-        *(f"kernels.norm_quant.{m}" for m in ("__main__", "layout", "simple", "ring", "warp_rows", "host",
-                                              "references", "harness"))),
-    5: ("quant", "bench.overhead", "comm.overlap", "training.engine_kernels", "training.engine_torch", "training.loop",
-        "training.teacher", "comm.overlap_common", "comm.streams", "comm.sm_budget",
-        "course.check", "course.check._core", *(f"course.check.ws{n}" for n in range(1, 11)), "course.check._lecture",
-        *(f"course.check.lecture{n:02d}" for n in range(10)), "course.worksheets", "course.notebook", "cli",
-        "__init__"),
-}
-LAYER = {name: layer for layer, names in LAYERS.items() for name in names}
+# The layer of every module, from ARCHITECTURE.md's table (scripts/architecture.py reads it): lower layers never
+# import higher ones.
+sys.path.insert(0, str(PKG.parent / "scripts"))
+import architecture  # noqa: E402
+
+LAYER, LAYER_PROBLEMS = architecture.module_layers()
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -100,7 +84,13 @@ def _graph():
 
 
 def test_every_module_has_a_layer():
-    assert set(MODS) == set(LAYER), f"not in LAYERS: {set(MODS) - set(LAYER)}; gone: {set(LAYER) - set(MODS)}"
+    assert not LAYER_PROBLEMS, "ARCHITECTURE.md's layer table: " + "; ".join(LAYER_PROBLEMS)
+    assert set(MODS) == set(LAYER)
+
+
+def test_the_architecture_picture_is_drawn_from_the_table():
+    text = architecture.DOC.read_text(encoding="utf-8")
+    assert architecture.render(text) == text, "ARCHITECTURE.md's picture is stale: run scripts/architecture.py --write"
 
 
 def test_import_graph_has_no_cycle():
@@ -128,7 +118,7 @@ def test_lower_layers_never_import_higher_ones():
 
 
 def test_numpy_spec_modules_import_no_numba():
-    for m in set(LAYERS[0]) - {"device.select"}:  # device.select re-reads numba's config when numba came before fp8lab
+    for m in {m for m, layer in LAYER.items() if layer == 0} - {"device.select"}:  # device.select re-reads numba's config when numba came before fp8lab
         tree = ast.parse(MODS[m].read_text())
         for node in ast.walk(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
@@ -247,3 +237,27 @@ def test_table_columns_and_markdown():
 def test_module_checks_pass_on_gpu(name, rng):
     assert not runtime.IS_SIM
     assert load(name).checks(rng)
+
+
+# Measurements live in BENCHMARKS.md and docs/notes/, dated, with their command and device: never in the code, where
+# they go stale (a docstring says what the op computes, its versions in a line each, and how to run it).
+_DATED = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+_MEASURED_ON = re.compile(r"measured (?:on|here)\b[^.\n]{0,40}\b(?:H100|H200|H800|A100|A6000|V100|GPU|NVIDIA|machine)",
+                          re.I)
+
+
+def test_no_dates_or_measured_figures_in_the_code():
+    found = []
+    for m, path in MODS.items():
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if _DATED.search(line) or _MEASURED_ON.search(line):
+                found.append(f"fp8lab/{path.relative_to(PKG)}:{i}: {line.strip()[:80]}")
+    assert not found, "dated or measured figures in the code (move them to docs/notes/ or BENCHMARKS.md):\n" + \
+        "\n".join(found)
+
+
+def test_the_date_check_catches_what_it_should():
+    assert _DATED.search("Measured on an NVIDIA H200 on 2026-12-04") and _MEASURED_ON.search("measured on the H200")
+    assert _MEASURED_ON.search("Measured on an NVIDIA H200 (percent of a copy)")
+    assert not _MEASURED_ON.search("the GPUs the course is measured on, and an occupancy model")
+    assert not _DATED.search("version 2026 of the spec") and not _MEASURED_ON.search("measured in the same run")

@@ -39,7 +39,7 @@ KERNELS = {
     "fp8lab.kernels.reduce.reduce_kernel2": ("reduce", 2, ("while half > 0:", "while half > 1:")),
     "fp8lab.kernels.rmsnorm.rmsnorm_forward_kernel2": ("rmsnorm", 2, ("ss / np.float32(N)", "ss / np.float32(N - 1)")),
     "fp8lab.kernels.cast.encode_e4m3_sat_hw_kernel": ("cast", 2, ("i = cuda.grid(1)", "i = cuda.grid(1) + 1")),
-    "fp8lab.kernels.quantize_fine.tile_fused_kernel2": ("quantize_fine", 2, ("        m = warp_max(m)\n", "")),
+    "fp8lab.kernels.quantize_fine.tile.tile_fused_kernel2": ("quantize_fine", 2, ("        m = warp_max(m)\n", "")),
     "fp8lab.kernels.gemm.gemm_kernel3": ("gemm", 3, ("range(0, K, T3)", "range(0, K - T3, T3)")),
     "fp8lab.kernels.fp8_gemm.simt.fp8_gemm_kernel1": ("fp8_gemm", 1, ("partial * group_scale(sa, sb, m, n, k0 // GROUP_K)",
                                                                  "partial * group_scale(sa, sb, m, n, 0)")),
@@ -58,7 +58,7 @@ INVITED = {
     "fp8lab.kernels.reduce.reduce_kernel2": "`while half > 1:`",
     "fp8lab.kernels.rmsnorm.rmsnorm_forward_kernel2": "`ss / np.float32(N - 1)`",
     "fp8lab.kernels.cast.encode_e4m3_sat_hw_kernel": "`i = cuda.grid(1) + 1`",
-    "fp8lab.kernels.quantize_fine.tile_fused_kernel2": "deleting `m = warp_max(m)`",
+    "fp8lab.kernels.quantize_fine.tile.tile_fused_kernel2": "deleting `m = warp_max(m)`",
     "fp8lab.kernels.gemm.gemm_kernel3": "`for k0 in range(0, K - T3, T3):`",
     "fp8lab.kernels.fp8_gemm.simt.fp8_gemm_kernel1": "`group_scale(sa, sb, m, n, 0)`",
     "fp8lab.kernels.tc_accum.mma_probe_kernel": "swapping the first two A registers, rows `r` and `r + 8`",
@@ -204,13 +204,13 @@ def test_try_kernel_puts_the_library_back_after_a_crash(rng, monkeypatch):
     copy = _compile(notebook.editable_source("fp8lab.kernels.reduce.reduce_kernel2"))
 
     def crash(rng, only=None):
-        assert R.KERNELS[2] is copy and R.reduce_kernel2 is copy  # swapped in while the checks run
+        assert R.VERSIONS[2].kernel is copy and R.reduce_kernel2 is copy  # swapped in while the checks run
         raise RuntimeError("boom")
 
     monkeypatch.setattr(R, "checks", crash)
     with pytest.raises(RuntimeError, match="boom"):
         notebook.try_kernel(R, 2, copy, rng=rng)
-    assert R.KERNELS[2] is library and R.reduce_kernel2 is library
+    assert R.VERSIONS[2].kernel is library and R.reduce_kernel2 is library
 
 
 def test_try_kernel_refuses_a_factory_copy_whose_constants_changed(rng):
@@ -259,27 +259,27 @@ def test_try_kernel_rejects_bad_input():
                        .replace("def reduce_kernel2", "def my_sum"))
     with pytest.raises(ValueError, match="is not a kernel of fp8lab.kernels.reduce"):
         notebook.try_kernel(R, 2, renamed)
-    assert R.KERNELS[2] is R.reduce_kernel2 and R.reduce_kernel2.py_func.__name__ == "reduce_kernel2"
+    assert R.VERSIONS[2].kernel is R.reduce_kernel2 and R.reduce_kernel2.py_func.__name__ == "reduce_kernel2"
 
 
 # --------------------------------------------------------------------------------------- generator and helpers
 
 
 def test_the_generated_cell_imports_what_the_kernel_reads():
-    text = notebook.editable_source("fp8lab.kernels.quantize_fine.tile_fused_kernel2")
+    text = notebook.editable_source("fp8lab.kernels.quantize_fine.tile.tile_fused_kernel2")
     lines = text.splitlines()
-    assert lines[0] == ("# editable copy of fp8lab.kernels.quantize_fine.tile_fused_kernel2: change it, re-run this "
-                        "cell and the next")
+    assert lines[0] == ("# editable copy of fp8lab.kernels.quantize_fine.tile.tile_fused_kernel2: change it, re-run "
+                        "this cell and the next")
     assert "from fp8lab.device.runtime import WARP_SIZE, cuda" in lines  # from where the library module imports them
     assert "from fp8lab.kernels.common import nanmax, warp_max" in lines
     assert {"gk = 128", "per_lane = 4", "write_codes = False"} <= set(lines)  # the closure's constants
-    assert ('group_scale, encode = closure("fp8lab.kernels.quantize_fine.tile_fused_kernel2", "group_scale", '
+    assert ('group_scale, encode = closure("fp8lab.kernels.quantize_fine.tile.tile_fused_kernel2", "group_scale", '
             '"encode")') in lines
     from fp8lab.kernels import quantize_fine as qf
 
     kernel = qf.tile_kernels("e4m3", 128, "amax")[2]
     cells = dict(zip(kernel.py_func.__code__.co_freevars, kernel.py_func.__closure__))
-    assert notebook.closure("fp8lab.kernels.quantize_fine.tile_fused_kernel2", "encode") is \
+    assert notebook.closure("fp8lab.kernels.quantize_fine.tile.tile_fused_kernel2", "encode") is \
         cells["encode"].cell_contents
     import inspect
     import textwrap

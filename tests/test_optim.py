@@ -1,5 +1,6 @@
 """kernels.optim.AdamW (decoupled weight decay, bfloat16 or FP32 moments) against its NumPy twin reference_adamw,
-and reference_adamw against fp8lab.training.model's AdamW, which it must equal bit for bit.
+and reference_adamw against the NumPy engine's AdamW (fp8lab.training.engine_reference), which it must equal bit
+for bit.
 
 Sizes are odd (not multiples of the block or of the grid-stride); gradients are fresh each run, never zero, spread
 over six decades. Under the simulator every step is bit for bit the twin's; on a GPU (`gpu` marker, realistic
@@ -76,8 +77,8 @@ def test_adamw_moments_really_are_bfloat16(rng, n):
 
 
 def test_reference_adamw_is_lm_adamw(rng):
-    """reference_adamw on each parameter (weight_decay 0 where the model does not decay) is numpy_engine.AdamW.step bit for bit,
-    both moment kinds, over several steps: lm can call it instead of its own copy."""
+    """reference_adamw on each parameter (weight_decay 0 where the model does not decay) is numpy_engine.AdamW.step bit
+    for bit, both moment kinds, over several steps: both are numerics.ops.adamw."""
     shapes = {"emb": (7, 5), "w1_0": (6, 11), "w2_0": (11, 3), "g_0": (11,), "head": (4, 9)}
     for moments in optim.MOMENTS:
         params = {k: rng.standard_normal(s, dtype=np.float32) for k, s in shapes.items()}

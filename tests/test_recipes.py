@@ -159,3 +159,37 @@ def test_nothing_outside_the_registry_compares_recipe_names():
                     isinstance(a, ast.Constant) and a.value in ("fp8", "fp8-") for a in node.args):
                 bad.append(where + " (startswith)")
     assert not bad, f"recipe names compared in {bad}: branch on the Recipe's fields instead"
+
+
+def _cli(*args):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, FP8LAB_BACKEND="sim", MPLBACKEND="Agg")
+    return subprocess.run([sys.executable, "-m", "fp8lab.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+def test_the_command_line_lists_and_trains_the_registry():
+    r = _cli("recipes")
+    assert r.returncode == 0, r.stderr
+    for recipe in fp8lab.RECIPES.values():
+        assert recipe.describe() in r.stdout
+    r = _cli("train", "--recipe", "fp16")
+    assert r.returncode == 2 and "fp8-deepseek" in r.stderr  # argparse names the registry's choices
+    r = _cli("train", "--task", "chars", "--recipe", "fp8-deepseek", "--engine", "torch", "--steps", "1", "--no-plot")
+    assert r.returncode == 2 and "engine='torch' runs recipes whose GEMMs are float32 or bfloat16" in r.stderr
+
+
+def test_the_torch_engine_trains_the_bf16_recipe_like_the_others():
+    pytest.importorskip("torch")
+    h = fp8lab.train("bf16", task="chars", steps=2, engine="torch", progress=False, **SMALL)
+    ref = fp8lab.train("bf16", task="chars", steps=2, engine="reference", progress=False, **SMALL)
+    assert h.engine == "torch" and h.device in ("cpu", "cuda") and len(h.loss) == 2 and len(h.step_seconds) == 2
+    assert h.val_loss[-1][0] == 2 and h.eval_loss == h.val_loss[-1][1] and np.isnan(h.ema_loss)
+    np.testing.assert_allclose(h.loss[0], ref.loss[0], rtol=0.02)  # same weights and batch; BF16 autocast
+    with pytest.raises(ValueError, match="moments: engine='torch' keeps AdamW's moments in float32"):
+        fp8lab.train("bf16", task="chars", steps=1, engine="torch", moments="bf16", progress=False, **SMALL)
+    with pytest.raises(ValueError, match="save, resume: checkpoints are for"):
+        fp8lab.train("bf16", task="chars", steps=1, engine="torch", save="x", progress=False, **SMALL)

@@ -106,7 +106,7 @@ FACTORY_KERNELS = {
     # kernels a `make_*` factory builds: how to reach the library's cached copy, in its module's namespace. The
     # arguments are the configuration that module's checks run for that version, so the learner's copy (compiled
     # with these constants) is the one they launch
-    "fp8lab.kernels.quantize_fine.tile_fused_kernel2": 'tile_kernels("e4m3", 128, "amax")[2]',
+    "fp8lab.kernels.quantize_fine.tile.tile_fused_kernel2": 'tile_kernels("e4m3", 128, "amax")[2]',
     "fp8lab.kernels.fp8_gemm.simt.fp8_gemm_kernel1": "kernels(1, 2, -1, 0)[1]",
     "fp8lab.kernels.tc_accum.mma_probe_kernel": 'kernel(1, "e4m3", "e4m3")',
 }

@@ -72,8 +72,7 @@ def cached(key, build):
 
 def kernel_cache() -> dict:
     """The dict `cached` fills, itself: fp8lab.course.notebook.try_kernel puts a learner's kernel in place of the
-    library's
-    in it for a check, and the library's back afterwards."""
+    library's in it for a check, and the library's back afterwards."""
     return _KERNELS
 
 

@@ -19,12 +19,7 @@ from ..numerics import formats
 from ..device import ptx, runtime
 from ..device.runtime import cuda
 from .common import encode_e4m3_sat
-
-VERSIONS = {
-    1: "software encoder (exact float arithmetic)",
-    2: "hardware cvt.rn.satfinite.e4m3x2.f32 (inline PTX)",
-}
-BEST = 2
+from .versions import Version
 
 ENCODE_KERNEL_SIGNATURE = "void(float32[::1], uint8[::1])"
 """The signature of the two kernels on contiguous arrays, for ptx.ptx_of."""
@@ -50,12 +45,16 @@ def encode_e4m3_sat_hw_kernel(x, codes):
         i += step
 
 
-KERNELS = {1: encode_e4m3_sat_sw_kernel, 2: encode_e4m3_sat_hw_kernel}
+VERSIONS = {
+    1: Version("software encoder (exact float arithmetic)", encode_e4m3_sat_sw_kernel),
+    2: Version("hardware cvt.rn.satfinite.e4m3x2.f32 (inline PTX)", encode_e4m3_sat_hw_kernel),
+}
+BEST = 2
 
 
 def launch(x, codes, version: int = BEST) -> None:
     """codes (uint8, n) = E4M3 codes of x (float32, n): device arrays, no checks."""
-    KERNELS[version][runtime.grid_1d(x.size, 256, runtime.MAX_BLOCKS)](x, codes)
+    VERSIONS[version].kernel[runtime.grid_1d(x.size, 256, runtime.MAX_BLOCKS)](x, codes)
 
 
 def reference(x) -> np.ndarray:

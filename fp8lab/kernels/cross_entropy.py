@@ -8,26 +8,14 @@ mean. The mean is deterministic without float atomics: each block adds its rows'
 partial per block, and the last block to finish (an integer ticket, the CUDA samples' threadFenceReduction
 pattern) adds the partials in block order, in the same launch.
 
-On paper (float32; the least that must move is 8 bytes per logit: read once, dlogits written once):
-version 1: one block per row, three sweeps over the row: the max (a block reduction), the sum of exp(x - max)
-           (another), then the gradient. 16 bytes per logit when the re-reads miss the caches, four
-           __syncthreads per row.
-version 2: online softmax (Milakov & Gimelshein 2018, "Online normalizer calculation for softmax",
-           arXiv:1805.02867): one sweep keeps a running max and a sum rescaled whenever the max grows; threads
-           merge their (max, sum) pairs by warp shuffles, then across warps through shared memory; a second
-           sweep writes the gradient. The logits are read twice, not three times (12 bytes per logit), with one
-           block reduction per row instead of two. With V = 32768 a block has 512 threads and two fit an SM (48
-           registers a thread, ptxas for sm_90), so 2 x 132 rows of 128 KiB are in flight on an H200: 35 MB,
-           less than its 50 MB L2, and the second read can come from L2 (8 bytes per logit from DRAM).
-version 3: one warp per row, 8 rows per block (one warp under the simulator). With V = 65, versions 1-2 give a
-           row 128 threads, 63 of them idle, and pay __syncthreads for each row; a warp gives each lane 2-3
-           logits and merges by shuffles alone. A warp takes the row in chunks of 256 logits, 8 per lane held
-           in registers: the chunk's max first, then 8 independent exps (an element-by-element online update is
-           a chain of dependent exps, and compiled next to a streaming loop it took 127 registers a thread, not
-           48). For V <= 256, the course's character vocabularies, the one chunk is still in registers for the
-           gradient: the logits are read once, 8 bytes per logit. Longer rows are read twice by thousands of
-           warps at once, too much for L2; there version 2 is the better bet, so `version=None` runs version 3
-           for V <= 256 and version 2 above (`default_version`).
+version 1: a block per row, three sweeps over the row: the max, the sum of exp(x - max), the gradient.
+version 2: a block per row, online softmax (arXiv:1805.02867): one sweep for (max, sum), one for the gradient.
+version 3: a warp per row, 8 logits a lane in registers per chunk of 256 (a row of V <= 256 is read once).
+`version=None` runs version 3 for V <= 256 and version 2 above (`default_version`).
+
+Bytes per logit, registers and L2 behind these choices: docs/notes/cross_entropy.md; timings: BENCHMARKS.md.
+Run `fp8lab bench cross_entropy` (or `python -m fp8lab.kernels.cross_entropy`) to check every version against the
+reference and, on a GPU, time it against PyTorch.
 
 Inputs: logits (M, V) float32 (any strides), targets (M,) int32 in [0, V). Host targets are checked on the host
 (integer dtype, shape, range); device targets are not read back: a target outside [0, V) makes its row's loss
@@ -48,14 +36,8 @@ from ..device import runtime
 from ..bench import timing
 from ..device.runtime import FULL_MASK, WARP_SIZE, cuda, shfl_xor_sync
 from .common import block_sum, nanmax, warp_max
+from .versions import Version
 
-VERSIONS = {
-    1: "block per row, three sweeps (max, sum of exp, gradient)",
-    2: "block per row, online softmax: one sweep for (max, sum), one for the gradient",
-    3: "warp per row, chunks of 8 logits per lane in registers (the whole row for V <= 256)",
-}
-BEST = 3
-"""The default for the course's vocabularies (V <= 256); `default_version(V)` is what `version=None` runs."""
 CACHE3 = 8
 """Version 3: logits per lane held in registers between the two sweeps (rows of up to 32 * 8 = 256)."""
 V3_MAX = WARP_SIZE * CACHE3
@@ -328,7 +310,14 @@ def cross_entropy_kernel3(logits, targets, inv_count, dlogits, row_loss, loss, p
     _finish_mean(total, partial, ticket, M, loss, slots, flag)
 
 
-KERNELS = {1: cross_entropy_kernel1, 2: cross_entropy_kernel2, 3: cross_entropy_kernel3}
+VERSIONS = {
+    1: Version("block per row, three sweeps (max, sum of exp, gradient)", cross_entropy_kernel1),
+    2: Version("block per row, online softmax: one sweep for (max, sum), one for the gradient", cross_entropy_kernel2),
+    3: Version("warp per row, chunks of 8 logits per lane in registers (the whole row for V <= 256)",
+               cross_entropy_kernel3),
+}
+BEST = 3
+"""The default for the course's vocabularies (V <= 256); `default_version(V)` is what `version=None` runs."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -337,8 +326,9 @@ KERNELS = {1: cross_entropy_kernel1, 2: cross_entropy_kernel2, 3: cross_entropy_
 
 
 def default_version(V: int) -> int:
-    """What `version=None` runs: 3 while a row fits in a warp's registers (V <= 256), else 2."""
-    return 3 if V <= V3_MAX else 2
+    """What `version=None` runs: BEST (3, a warp per row) while a row fits in a warp's registers (V <= V3_MAX =
+    256), else 2 (a block per row, the logits read twice); docs/notes/cross_entropy.md says why."""
+    return BEST if V <= V3_MAX else 2
 
 
 def block_threads(version: int, V: int) -> int:
@@ -433,7 +423,7 @@ class CrossEntropyLoss:
             threads = self.threads or block_threads(version, self.V)
             types_like = (self.dlogits, runtime.unused_array(np.int32, 1), self.inv_count, self.dlogits,
                           self.row_loss, self.loss, self.partial, self.ticket)  # the argument types of a call
-            resident = resident_blocks(KERNELS[version], threads, types_like)
+            resident = resident_blocks(VERSIONS[version].kernel, threads, types_like)
             self._configs[version] = grid_blocks(version, self.M, threads, resident), threads
         return self._configs[version]
 
@@ -443,8 +433,8 @@ class CrossEntropyLoss:
         v = _validate.version("version", version, VERSIONS, default=default_version(self.V))
         x = _device_logits(logits, (self.M, self.V))
         t = _device_targets(targets, self.M, self.V)
-        KERNELS[v][self.config(v)](x, t, self.inv_count, self.dlogits, self.row_loss, self.loss, self.partial,
-                                   self.ticket)
+        VERSIONS[v].kernel[self.config(v)](x, t, self.inv_count, self.dlogits, self.row_loss, self.loss,
+                                           self.partial, self.ticket)
         return self
 
     def item(self) -> float:
@@ -467,7 +457,8 @@ def cross_entropy(logits, targets, *, version: int | None = None) -> tuple[float
 
 
 def reference_rows(logits, targets) -> tuple[np.ndarray, np.ndarray]:
-    """(per-row losses (M,), dlogits (M, V)), both float64."""
+    """(per-row losses (M,), dlogits (M, V)), both float64: the exact values the kernels are bounded against
+    (numerics.ops.cross_entropy is the NumPy engine's float32 program)."""
     x = np.asarray(logits, np.float64)
     M, V = x.shape
     t = host_targets(targets, M, V)
@@ -494,7 +485,7 @@ def reference(logits, targets) -> tuple[float, np.ndarray]:
 
 LOSS_TOL = 1e-5
 """Row and mean losses, relative (and absolute, for losses near 0): exp, log and up to ~150 sequential float32
-additions per thread, each a few ulps (2^-24 ~ 6e-8) off; typically ~5e-7 at V = 32768."""
+additions per thread, each a few ulps (2^-24 ~ 6e-8) off (the errors seen: docs/notes/cross_entropy.md)."""
 GRAD_ATOL = 4e-6
 """dlogits, in units of 1/M: p = exp(x - m) / s is a few ulps of p <= 1 off, and p - 1 keeps that absolute error."""
 

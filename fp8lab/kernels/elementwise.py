@@ -26,6 +26,7 @@ from ..device import runtime
 from ..bench import timing
 from ..device.runtime import cuda
 from .common import round_bf16 as round_bf16_value
+from .versions import Version
 
 TILE = 32
 TILE_PAD = TILE + 1  # shared-array shapes must be compile-time constants
@@ -100,14 +101,13 @@ def transpose_kernel2(a, out):
 
 
 VERSIONS = {
-    1: "transpose, naive: coalesced reads, strided writes",
-    2: "transpose, 32x33 shared tile: coalesced reads and writes, no bank conflicts",
+    1: Version("transpose, naive: coalesced reads, strided writes", transpose_kernel1),
+    2: Version("transpose, 32x33 shared tile: coalesced reads and writes, no bank conflicts", transpose_kernel2),
 }
 BEST = 2
-
-
-def _grid2(rows, cols, bx=32, by=8):
-    return ((cols + bx - 1) // bx, (rows + by - 1) // by), (bx, by)
+BLOCK_ROWS = {1: ROWS, 2: TILE}
+"""Rows of `a` that one (TILE, ROWS) block of a transpose version covers: version 1 moves an element a thread,
+version 2 a TILE x TILE tile."""
 
 
 def bias_add(y, b) -> None:
@@ -156,13 +156,10 @@ def round_bf16(x, out=None):
 
 
 def transpose(a, out, version: int = BEST) -> None:
+    """out (N, M) = a.T for float32 device arrays a (M, N) and out (N, M) (no checks)."""
     rows, cols = a.shape
-    if version == 1:
-        grid, block = _grid2(rows, cols, 32, 8)
-        transpose_kernel1[grid, block](a, out)
-    else:
-        grid = ((cols + TILE - 1) // TILE, (rows + TILE - 1) // TILE)
-        transpose_kernel2[grid, (TILE, ROWS)](a, out)
+    grid = ((cols + TILE - 1) // TILE, (rows + BLOCK_ROWS[version] - 1) // BLOCK_ROWS[version])
+    VERSIONS[version].kernel[grid, (TILE, ROWS)](a, out)
 
 
 def reference(a) -> np.ndarray:

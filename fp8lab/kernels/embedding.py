@@ -31,12 +31,7 @@ from .. import _validate, bench
 from ..device import runtime
 from ..bench import timing
 from ..device.runtime import MAX_BLOCKS, cuda
-
-VERSIONS = {
-    1: "zero dtable, then a float atomic add per element (run-to-run bits may differ)",
-    2: "deterministic: stable counting sort of the ids, then per-row sums in token order (bit-exact)",
-}
-BEST = 2
+from .versions import Version
 
 THREADS = runtime.block_threads(256)  # row kernels (gather, zero, atomics): threads along D
 SUM_THREADS = runtime.block_threads(128)  # version 2's sums: columns of one chunk
@@ -213,6 +208,16 @@ def row_sum_kernel(dout, order, offsets, dtable):
         w += cuda.gridDim.x
 
 
+VERSIONS = {  # kernel: the backward's kernels, in launch order
+    1: Version("zero dtable, then a float atomic add per element (run-to-run bits may differ)",
+               (zero_rows_kernel, scatter_add_atomic_kernel)),
+    2: Version("deterministic: stable counting sort of the ids, then per-row sums in token order (bit-exact)",
+               (zero_rows_kernel, tile_count_kernel, tile_scan_kernel, offsets_scan_kernel, place_kernel,
+                row_sum_kernel)),
+}
+BEST = 2
+
+
 class Scratch:
     """Version 2's device buffers for `vocab` rows and up to `tokens` ids, allocated once and reused every step.
 
@@ -240,20 +245,23 @@ def _rows_grid(rows: int) -> int:
 
 
 def _launch_backward(dout, ids, dtable, version: int, scratch) -> None:
+    """VERSIONS[version]'s kernels, in order; version 2 works in `scratch`."""
     vocab, D = dtable.shape
     M = ids.shape[0]
     if version == 1:
-        zero_rows_kernel[_rows_grid(vocab), THREADS](dtable)
-        scatter_add_atomic_kernel[_rows_grid(M), THREADS](dout, ids, dtable)
+        zero_rows, scatter_add = VERSIONS[1].kernel
+        zero_rows[_rows_grid(vocab), THREADS](dtable)
+        scatter_add[_rows_grid(M), THREADS](dout, ids, dtable)
         return
+    zero_rows, tile_count, tile_scan, offsets_scan, place, row_sum = VERSIONS[version].kernel
     tiles = math.ceil(M / TILE_TOKENS)
-    zero_rows_kernel[_rows_grid(scratch.tiles), THREADS](scratch.tile_counts)
-    tile_count_kernel[tiles, TILE_TOKENS](ids, scratch.tile_counts)
-    tile_scan_kernel[runtime.grid_1d(vocab, THREADS)](scratch.tile_counts, scratch.offsets)
-    offsets_scan_kernel[1, SCAN_THREADS](scratch.offsets)
-    place_kernel[tiles, TILE_TOKENS](ids, scratch.tile_counts, scratch.offsets, scratch.order)
+    zero_rows[_rows_grid(scratch.tiles), THREADS](scratch.tile_counts)
+    tile_count[tiles, TILE_TOKENS](ids, scratch.tile_counts)
+    tile_scan[runtime.grid_1d(vocab, THREADS)](scratch.tile_counts, scratch.offsets)
+    offsets_scan[1, SCAN_THREADS](scratch.offsets)
+    place[tiles, TILE_TOKENS](ids, scratch.tile_counts, scratch.offsets, scratch.order)
     chunks = math.ceil(D / SUM_THREADS)
-    row_sum_kernel[_rows_grid(vocab * chunks), SUM_THREADS](dout, scratch.order, scratch.offsets, dtable)
+    row_sum[_rows_grid(vocab * chunks), SUM_THREADS](dout, scratch.order, scratch.offsets, dtable)
 
 
 # ----------------------------------------------------------------------------------------------------------------

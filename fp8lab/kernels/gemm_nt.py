@@ -23,12 +23,13 @@ from ..numerics import formats, spec
 from ..device import runtime
 from ..bench import timing
 from ..device.runtime import cuda
+from .versions import Version
 
 TILE = runtime.per_backend({"sim": 8, "gpu": 16})  # 64 Python threads a block under the simulator
 TILE_PAD = TILE + 1  # shared-array shapes must be compile-time constants: no arithmetic inside the kernel
 
 
-def _make_kernels(fp8: bool):
+def _make_kernel1(fp8: bool):
     @cuda.jit
     def gemm_nt_kernel1(a, sa, b, sb, lut, c):
         n, m = cuda.grid(2)
@@ -41,6 +42,10 @@ def _make_kernels(fp8: bool):
                     acc += a[m, k] * b[n, k]
             c[m, n] = acc * sa[0] * sb[0]
 
+    return gemm_nt_kernel1
+
+
+def _make_kernel2(fp8: bool):
     @cuda.jit
     def gemm_nt_kernel2(a, sa, b, sb, lut, c):
         ta = cuda.shared.array((TILE, TILE), np.float32)
@@ -75,13 +80,17 @@ def _make_kernels(fp8: bool):
         if m < M and n < N:
             c[m, n] = acc * sa[0] * sb[0]
 
-    return {1: gemm_nt_kernel1, 2: gemm_nt_kernel2}
+    return gemm_nt_kernel2
 
 
-KERNELS = {"float32": _make_kernels(False), "e4m3": _make_kernels(True)}
-VERSIONS = {
-    1: "naive: one thread per output, operands from global memory",
-    2: "TILE x TILE shared-memory tiles, decode on load, padded b tile",
+def _kinds(make):
+    """{operand kind: the kernel `make` builds for it}: float32 operands, or E4M3 codes decoded through a table."""
+    return {"float32": make(False), "e4m3": make(True)}
+
+
+VERSIONS = {  # kernel: {"float32": kernel, "e4m3": kernel}, by operand kind
+    1: Version("naive: one thread per output, operands from global memory", _kinds(_make_kernel1)),
+    2: Version("TILE x TILE shared-memory tiles, decode on load, padded b tile", _kinds(_make_kernel2)),
 }
 BEST = 2
 
@@ -98,7 +107,7 @@ def launch(a, sa, b, sb, out, version: int = BEST) -> None:
         sa = sb = _const("one")
     M, N = out.shape
     grid = ((N + TILE - 1) // TILE, (M + TILE - 1) // TILE)
-    KERNELS[kind][version][grid, (TILE, TILE)](a, sa, b, sb, _const("lut"), out)
+    VERSIONS[version].kernel[kind][grid, (TILE, TILE)](a, sa, b, sb, _const("lut"), out)
 
 
 def reference(a, b, sa=1.0, sb=1.0, fp8=False):

@@ -12,9 +12,9 @@ adamw (a plain op, AdamW with reference_adamw): Adam with decoupled weight decay
         m = store(b1 m + (1 - b1) g);  v = store(b2 v + (1 - b2) g g);  p *= 1 - lr wd (where decayed);
         p -= lr (m / bc1) / (sqrt(v / bc2) + eps)
   store rounds to the nearest bfloat16 (ties to even) or keeps FP32; the update uses the stored moments. Exactly
-  fp8lab.training.model's AdamW.step, operation for operation in float32. A step moves p (read, written), g (read) and
-  m, v
-  (read, written): 20 bytes per parameter with bfloat16 moments, 28 with FP32 ones.
+  fp8lab.numerics.ops.adamw, the float32 statement the NumPy engine runs, operation for operation: reference_adamw
+  calls it. A step moves p (read, written), g (read) and m, v (read, written): 20 bytes per parameter with bfloat16
+  moments, 28 with FP32 ones.
 """
 
 from __future__ import annotations
@@ -25,14 +25,13 @@ import numpy as np
 
 from .. import _validate as V
 from .. import bench
-from ..numerics import formats
+from ..numerics import formats, ops
 from ..device import runtime
 from ..bench import timing
 from ..device.runtime import cuda
 from .common import bf16_load, bf16_store_bits
+from .versions import Version
 
-VERSIONS = {1: "one grid-stride launch over the flat FP32 buffer (Adam, SGD)"}
-BEST = 1
 THREADS = runtime.block_threads(256)
 MOMENTS = ("bf16", "fp32")
 """How AdamW stores its moments: bfloat16 bit patterns in uint16 arrays, or float32."""
@@ -65,7 +64,7 @@ def adam_kernel(p, g, m, v, lr, b1, b2, eps, bc1, bc2):
 @cuda.jit(device=True)
 def adamw_moments(gi, mi, vi, b1, c1, b2, c2):
     """float32 (m, v) before they are stored: b1 m + c1 g and b2 v + c2 g g, c1 = 1 - b1, c2 = 1 - b2 (the order of
-    lm.AdamW: (c2 g) g)."""
+    the NumPy engine's AdamW: (c2 g) g)."""
     return b1 * mi + c1 * gi, b2 * vi + c2 * gi * gi
 
 
@@ -111,6 +110,10 @@ def adamw_fp32_kernel(p, g, m, v, decay, decay_all, lr, b1, c1, b2, c2, eps, kee
         v[i] = vf
         p[i] = adamw_param(p[i], mf, vf, _decayed(decay, decay_all, i), keep, lr, bc1, bc2, eps)
         i += cuda.gridsize(1)
+
+
+VERSIONS = {1: Version("one grid-stride launch over the flat FP32 buffer (Adam, SGD)", (adam_kernel, sgd_kernel))}
+BEST = 1
 
 
 class Adam:
@@ -167,12 +170,7 @@ def _decay_mask(decay, size: int):
     return decay
 
 
-def adamw_bias_corrections(b1, b2, t: int) -> tuple[np.float32, np.float32]:
-    """(bc1, bc2) = float32(1 - b1^t), float32(1 - b2^t), with b1, b2 float32 and the power taken in float32, as
-    fp8lab.training.model's AdamW.step computes them (AdamW and reference_adamw share this, so they agree bit for
-    bit)."""
-    b1, b2 = _F32(b1), _F32(b2)
-    return _F32(1 - b1**t), _F32(1 - b2**t)
+adamw_bias_corrections = ops.adamw_bias_corrections  # the kernel's bc1, bc2: the NumPy engine's, bit for bit
 
 
 class AdamW:
@@ -213,7 +211,8 @@ class AdamW:
             raise ValueError(f"p must be a writeable C-contiguous array (it is updated in place), got {V.describe(p)}")
         dp = runtime.to_device(p)
         self.t += 1
-        # float32 scalars (a Python float would make the kernel compute in float64), as lm.AdamW computes them
+        # float32 scalars (a Python float would make the kernel compute in float64), as the NumPy engine's AdamW
+        # computes them
         lr, b1, b2, eps = _F32(self.lr), _F32(self.b1), _F32(self.b2), _F32(self.eps)
         bc1, bc2 = adamw_bias_corrections(b1, b2, self.t)
         keep = _ONE - lr * _F32(self.weight_decay)
@@ -246,41 +245,22 @@ def reference_adam(p, g, m, v, t, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
     p -= lr * (m / bc1) / (np.sqrt(v / bc2) + eps)
 
 
-def _reference_adamw_moments(g, m, v, b1, b2, moments):
-    """m, v in place: store(b1 m + (1 - b1) g), store(b2 v + (1 - b2) g g), float32."""
-    store = formats.round_bf16 if moments == "bf16" else (lambda a: a)
-    b1, b2 = _F32(b1), _F32(b2)
-    m[...] = store(b1 * m + (_ONE - b1) * g)
-    v[...] = store(b2 * v + (_ONE - b2) * g * g)
-
-
-def _reference_adamw_params(p, m, v, t, lr, b1, b2, eps, weight_decay, decay):
-    """p in place from the stored m, v: p *= 1 - lr wd where decayed, p -= lr (m / bc1) / (sqrt(v / bc2) + eps)."""
-    lr, eps = _F32(lr), _F32(eps)
-    bc1, bc2 = adamw_bias_corrections(b1, b2, t)
-    keep = _ONE - lr * _F32(weight_decay)
-    if decay is None:
-        p *= keep
-    else:
-        p[...] = np.where(np.asarray(decay) == 1, p * keep, p)
-    p -= (lr * (m / bc1) / (np.sqrt(v / bc2) + eps)).astype(_F32)
-
-
 def reference_adamw(p, g, m, v, t, lr=1e-3, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1, decay=None,
                     moments="bf16"):
     """NumPy float32 twin of AdamW.step (one step t = 1, 2, ...), updating p, m, v in place: float32 NumPy arrays
     of one shape (m, v hold the bfloat16-rounded values when moments="bf16"); decay None (everywhere) or a 0/1
-    array of p's shape. Operation for operation fp8lab.training.model's AdamW.step for one parameter:
+    array of p's shape. Operation for operation the NumPy engine's AdamW.step (training.engine_reference) for one
+    parameter:
         m = store(b1 m + (1 - b1) g);  v = store(b2 v + (1 - b2) g g)   (store: formats.round_bf16 or nothing)
         p *= 1 - lr wd (where decayed);  p -= lr (m / bc1) / (sqrt(v / bc2) + eps)
-    with (bc1, bc2) = adamw_bias_corrections(b1, b2, t). weight_decay=0 leaves p's decay an exact no-op."""
+    with (bc1, bc2) = adamw_bias_corrections(b1, b2, t): numerics.ops.adamw, after checking the arguments.
+    weight_decay=0 leaves p's decay an exact no-op."""
     moments = V.choice("moments", moments, MOMENTS)
     g = V.array("g", g, dtype=np.float32, allow_device=False)
     for name, a in (("p", p), ("m", m), ("v", v)):  # updated in place: float32 NumPy arrays of g's shape
         V.array(name, a, dtype=np.float32, shape=g.shape, allow_device=False)
     t = V.positive_int("t", t)
-    _reference_adamw_moments(g, m, v, b1, b2, moments)
-    _reference_adamw_params(p, m, v, t, lr, b1, b2, eps, weight_decay, decay)
+    ops.adamw(p, g, m, v, t, lr, b1, b2, eps, weight_decay, decay, moments)
 
 
 def assert_adamw_step(name: str, opt: AdamW, before, g, after) -> str:
@@ -300,11 +280,11 @@ def assert_adamw_step(name: str, opt: AdamW, before, g, after) -> str:
     p1, m1, v1 = after
     g = np.asarray(g, np.float32)
     m, v = m0.copy(), v0.copy()
-    _reference_adamw_moments(g, m, v, opt.b1, opt.b2, opt.moments)
+    ops.adamw_moments(g, m, v, opt.b1, opt.b2, opt.moments)
     decay = None if opt.decay is None else opt.decay.copy_to_host()
     if runtime.IS_SIM:
         p = p0.copy()
-        _reference_adamw_params(p, m, v, opt.t, opt.lr, opt.b1, opt.b2, opt.eps, opt.weight_decay, decay)
+        ops.adamw_params(p, m, v, opt.t, opt.lr, opt.b1, opt.b2, opt.eps, opt.weight_decay, decay)
         for what, got, ref in (("p", p1, p), ("m", m1, m), ("v", v1, v)):
             bench.assert_codes_equal(f"{name}: {what} bits", np.asarray(got, np.float32).view(np.uint32),
                                      ref.view(np.uint32))
@@ -318,7 +298,7 @@ def assert_adamw_step(name: str, opt: AdamW, before, g, after) -> str:
             atol += 2.0**-7 * np.maximum(np.abs(got), np.abs(ref)) + 2.0**-133
         bench.assert_close(f"{name}: {what}", got, ref, atol=atol, rtol=0)
     p = p0.copy()
-    _reference_adamw_params(p, np.asarray(m1, np.float32), np.asarray(v1, np.float32), opt.t, opt.lr, opt.b1, opt.b2,
+    ops.adamw_params(p, np.asarray(m1, np.float32), np.asarray(v1, np.float32), opt.t, opt.lr, opt.b1, opt.b2,
                             opt.eps, opt.weight_decay, decay)
     bc1, bc2 = adamw_bias_corrections(opt.b1, opt.b2, opt.t)
     update = _F32(opt.lr) * (m1 / bc1) / (np.sqrt(v1 / bc2) + _F32(opt.eps))
@@ -400,8 +380,9 @@ def timings(rng, args) -> list:
     p = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
     g = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
     adam, sgd = Adam(n), SGD(n, lr=1e-9)
-    rows = [bench.Row("v1 Adam", timing.time_ms(lambda: adam.step(p, g)), 4 * n * 7),  # p, g, m, v read; p, m, v written
-            bench.Row("v1 SGD", timing.time_ms(lambda: sgd.step(p, g)), 4 * n * 3)]  # p, g read; p written
+    # Adam: p, g, m, v read and p, m, v written; SGD: p, g read and p written
+    rows = [bench.Row("v1 Adam", timing.time_ms(lambda: adam.step(p, g)), 4 * n * 7),
+            bench.Row("v1 SGD", timing.time_ms(lambda: sgd.step(p, g)), 4 * n * 3)]
     # AdamW: p read and written (8 bytes), g read (4), m and v read and written (2 x 2 x 2 or 4 bytes); the mask
     # adds 4 bytes read
     mask = (rng.random(n) < 0.5).astype(np.float32)

@@ -25,6 +25,7 @@ from ..numerics import spec
 from ..bench import timing
 from ..device.runtime import cuda
 from .common import DECODE, ENCODE_SAT, block_max, nanmax, tree_max
+from .versions import Version
 
 THREADS = runtime.block_threads(256)
 PARTIALS = 1024 if not runtime.IS_SIM else 4
@@ -112,12 +113,11 @@ def kernels(fmt: str):
                           + _make_cast(ENCODE_SAT[fmt]))
 
 
-VERSIONS = {
-    1: "shared-memory tree amax, finalize, cast",
-    2: "warp-shuffle amax, finalize, cast",
+VERSIONS = {  # the kernel of each version is its amax pass; finalize and cast (`kernels(fmt)`) are shared
+    1: Version("shared-memory tree amax, finalize, cast", amax_partial_kernel1),
+    2: Version("warp-shuffle amax, finalize, cast", amax_partial_kernel2),
 }
 BEST = 2
-AMAX_KERNELS = {1: amax_partial_kernel1, 2: amax_partial_kernel2}
 
 
 class TensorQuantizer:
@@ -144,7 +144,7 @@ class TensorQuantizer:
                 raise ValueError(f"transpose=True needs a 2-D shape, got shape {self.shape}")
             self.codes_t = cuda.device_array(self.shape[::-1], np.uint8)
         self._finalize, self._cast, self._cast_t = kernels(fmt)
-        self._amax_kernel = AMAX_KERNELS[version]
+        self._amax_kernel = VERSIONS[version].kernel
 
     def __call__(self, x):
         flat = x.reshape(x.size)

@@ -32,13 +32,8 @@ from ..device import runtime
 from ..bench import timing
 from ..device.runtime import WARP_SIZE, cuda
 from .common import warp_sum
+from .versions import Version
 
-VERSIONS = {
-    1: "atomics: a grid-stride partial sum per thread, then one atomicAdd per thread on out[0]",
-    2: "shared memory: a tree over the block's partial sums with syncthreads, one atomicAdd per block",
-    3: "warp shuffles: 5 xor-shuffles per warp, no shared memory or barrier, one atomicAdd per warp",
-}
-BEST = 3
 THREADS = runtime.block_threads(256)  # threads per block: a power of two (version 2's tree halves it)
 BLOCKS = 4 if runtime.IS_SIM else 1024  # blocks of the grid-stride launch: ~8 per SM on a 132-SM GPU
 
@@ -83,7 +78,15 @@ def reduce_kernel3(x, out):
         cuda.atomic.add(out, 0, acc)
 
 
-KERNELS = {1: reduce_kernel1, 2: reduce_kernel2, 3: reduce_kernel3}
+VERSIONS = {
+    1: Version("atomics: a grid-stride partial sum per thread, then one atomicAdd per thread on out[0]",
+               reduce_kernel1),
+    2: Version("shared memory: a tree over the block's partial sums with syncthreads, one atomicAdd per block",
+               reduce_kernel2),
+    3: Version("warp shuffles: 5 xor-shuffles per warp, no shared memory or barrier, one atomicAdd per warp",
+               reduce_kernel3),
+}
+BEST = 3
 
 
 def grid(n: int, blocks: int | None = None) -> int:
@@ -104,7 +107,7 @@ def launch(x, out, *, version: int = BEST, blocks: int | None = None) -> None:
                              f"got {V.describe(a)}")
     g = grid(x.shape[0], blocks)
     out.copy_to_device(np.zeros(1, np.float32))
-    KERNELS[version][g, THREADS](x, out)
+    VERSIONS[version].kernel[g, THREADS](x, out)
 
 
 def reduce_sum(x, *, version: int | None = None) -> float:
@@ -240,7 +243,7 @@ def timings(rng, args) -> list:
     total = cuda.device_array(1, np.float32)
     g = grid(BENCH_N)
     # only the kernel is timed (launch() also zeroes `total` from the host); the sums pile up in total, unread
-    rows = [bench.time_row(f"v{v}: {d}", lambda v=v: KERNELS[v][g, THREADS](x_d, total), 4.0 * BENCH_N)
+    rows = [bench.time_row(f"v{v}: {d}", lambda v=v: VERSIONS[v].kernel[g, THREADS](x_d, total), 4.0 * BENCH_N)
             for v, d in VERSIONS.items() if bench.selected(only, v)]
     torch = bench.torch_cuda()
     if torch is not None and only is None:

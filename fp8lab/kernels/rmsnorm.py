@@ -23,6 +23,7 @@ from ..numerics import spec
 from ..bench import timing
 from ..device.runtime import cuda
 from .common import block_sum
+from .versions import Version
 
 EPS = spec.RMSNORM_EPS
 THREADS = runtime.block_threads(128)
@@ -89,13 +90,11 @@ def rmsnorm_backward_kernel2(dz, y, g, rstd, dy, gy):
         gy[m, n] = dz[m, n] * y[m, n] * r
 
 
-VERSIONS = {
-    1: "one thread per row",
-    2: "one block per row, warp-shuffle reduction",
+VERSIONS = {  # kernel: (forward, backward)
+    1: Version("one thread per row", (rmsnorm_forward_kernel1, rmsnorm_backward_kernel1)),
+    2: Version("one block per row, warp-shuffle reduction", (rmsnorm_forward_kernel2, rmsnorm_backward_kernel2)),
 }
 BEST = 2
-KERNELS = {1: (rmsnorm_forward_kernel1, rmsnorm_backward_kernel1),
-           2: (rmsnorm_forward_kernel2, rmsnorm_backward_kernel2)}
 
 
 def _config(version, rows):
@@ -104,21 +103,26 @@ def _config(version, rows):
 
 def forward(y, g, z, rstd, version: int = BEST) -> None:
     """Device arrays: y (M, N), g (N,) -> z (M, N), rstd (M,)."""
-    KERNELS[version][0][_config(version, y.shape[0])](y, g, z, rstd)
+    forward_kernel, _ = VERSIONS[version].kernel
+    forward_kernel[_config(version, y.shape[0])](y, g, z, rstd)
 
 
 def backward(dz, y, g, rstd, dy, gy, version: int = BEST) -> None:
     """Device arrays: dz, y (M, N), g (N,), rstd (M,) -> dy (M, N), gy = dz*y*rstd (M, N)."""
-    KERNELS[version][1][_config(version, y.shape[0])](dz, y, g, rstd, dy, gy)
+    _, backward_kernel = VERSIONS[version].kernel
+    backward_kernel[_config(version, y.shape[0])](dz, y, g, rstd, dy, gy)
 
 
 def reference_forward(y, g):
+    """(z, rstd) in float64: the exact values the kernels' float32 results are bounded against (numerics.ops.rmsnorm
+    is the float32 program the NumPy engine runs, a different thing)."""
     y = np.asarray(y, np.float64)
     rstd = 1.0 / np.sqrt((y * y).mean(axis=1) + float(EPS))
     return y * rstd[:, None] * np.asarray(g, np.float64), rstd
 
 
 def reference_backward(dz, y, g):
+    """(dy, dg) in float64, the bound's exact values (numerics.ops.rmsnorm_backward: the NumPy engine's float32)."""
     dz, y, g = (np.asarray(a, np.float64) for a in (dz, y, g))
     _, rstd = reference_forward(y, g)
     dot = (dz * g * y).sum(axis=1)

@@ -42,6 +42,7 @@ from ..bench import timing
 from ..device.runtime import MAX_BLOCKS, WARP_SIZE, cuda
 from ..numerics.spec import POISON_CODE
 from .common import ENCODE_SAT, amax_scale, nanmax, warp_max
+from .versions import Version
 
 TILE = spec.GROUP_K  # 1x128 activation tiles
 PER_LANE = TILE // WARP_SIZE  # elements of a tile per lane (4)
@@ -184,8 +185,9 @@ def swiglu_quantize_kernel2(u, codes, scale, h, write_h):
 
 
 VERSIONS = {
-    1: "unfused: elementwise kernel writes h, tile kernel reads it back and quantizes",
-    2: "fused: one warp per 1x128 tile, h in registers, amax by warp shuffles",
+    1: Version("unfused: elementwise kernel writes h, tile kernel reads it back and quantizes",
+               (swiglu_forward_kernel, tile_quantize_kernel1)),
+    2: Version("fused: one warp per 1x128 tile, h in registers, amax by warp shuffles", swiglu_quantize_kernel2),
 }
 BEST = 2
 
@@ -214,15 +216,17 @@ def launch_backward(u, dh, du) -> None:
 
 
 def launch_forward_quantize(u, codes, scale, h, version: int) -> None:
-    """codes (M, F) uint8 and scale (M, ceil(F/128)) float32 from u (M, 2F); h (M, F) float32 or None (version 1
-    needs it as scratch), device arrays."""
-    if version == 1:
-        launch_forward(u, h)
-        tile_quantize_kernel1[_tile_grid(scale.size)](h, codes, scale)
+    """codes (M, F) uint8 and scale (M, ceil(F/128)) float32 from u (M, 2F); h (M, F) float32 to write too, or None
+    (version 1 then allocates its intermediate h), device arrays."""
+    if version == 1:  # two kernels, h through global memory
+        elementwise, tile = VERSIONS[1].kernel
+        h = cuda.device_array(codes.shape, np.float32) if h is None else h
+        elementwise[_elementwise_grid(*h.shape)](u, h)
+        tile[_tile_grid(scale.size)](h, codes, scale)
     else:
         write_h = 0 if h is None else 1
         h = runtime.unused_array(np.float32) if h is None else h
-        swiglu_quantize_kernel2[_tile_grid(scale.size)](u, codes, scale, h, write_h)
+        VERSIONS[version].kernel[_tile_grid(scale.size)](u, codes, scale, h, write_h)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -302,8 +306,6 @@ def forward_quantize(u, codes=None, scale=None, h=None, *, version=None) -> spec
     given = codes is not None
     if not given:
         codes, scale = cuda.device_array((M, F), np.uint8), cuda.device_array(sshape, np.float32)
-    if version == 1 and h is None:
-        h = cuda.device_array((M, F), np.float32)  # version 1's intermediate
     launch_forward_quantize(runtime.to_device(u), codes, scale, h, version)
     if given or V.is_device_array(u):
         return spec.QuantizedTensor(codes, scale, FMT, "tile", TILE)
@@ -333,7 +335,8 @@ def _halves(u):
 
 
 def reference_forward(u) -> np.ndarray:
-    """float32 h (M, F): silu(a) * b evaluated in float64 and rounded once, bit for bit what the kernels compute."""
+    """float32 h (M, F): silu(a) * b evaluated in float64 and rounded once, bit for bit what the kernels compute (the
+    NumPy engine runs numerics.ops.swiglu, float32 throughout: its own program, not this spec)."""
     a, b = _halves(u)
     with np.errstate(invalid="ignore", over="ignore"):  # -Inf * 0 is NaN, a huge h is Inf, as on a GPU
         s, _ = reference_sigmoid_parts(a)

@@ -1,10 +1,9 @@
 """The FP8 tensor-core accumulator, measured: D = C + A @ B.T for one 32-wide slice of K, one instruction per tile.
 
 A (R, 32) and B (8, 32) are FP8 codes (B given as its transpose, the "col" layout of mma), C and D (R, 8) float32.
-Crafted inputs (`probes`) then show what the hardware does inside one instruction: how many mantissa bits the
-sum keeps, whether it rounds or truncates, and how products of different sizes are aligned, compared with
-fp8lab.numerics.accum's model (`model_matches`). Under the simulator the twins compute FP32 sums in k order
-(`reference`).
+Crafted inputs (`probes`) then show what the hardware does inside one instruction: how many mantissa bits the sum keeps,
+whether it rounds or truncates, and how products of different sizes are aligned, compared with fp8lab.numerics.accum's
+model (`model_matches`). Under the simulator the twins compute FP32 sums in k order (`reference`).
 
 version 1: mma.sync m16n8k32, one warp per 16 rows, fragments packed from global memory by each lane.
 version 2: wgmma m64n8k32, one warpgroup per 64 rows, A and B staged in 128-byte-swizzled shared memory and read
@@ -22,12 +21,12 @@ from ..numerics import accum, formats, spec
 from .. import bench
 from ..device import ptx, runtime
 from ..device.runtime import cuda
+from .versions import Version, check_device
 
-VERSIONS = {1: "mma.sync m16n8k32 (one warp, 16 rows)", 2: "wgmma m64n8k32 (one warpgroup, 64 rows)"}
-BEST = 2
-ROWS = {1: 16, 2: 64}  # rows of A per instruction
 _U8 = runtime.numba_type("uint8")
 _SMEM2 = 64 * 128 + 8 * 128 + 1024  # A and B tiles (128-byte rows) + alignment slack
+LAUNCH = {1: dict(rows=16, threads=32, smem=0), 2: dict(rows=64, threads=128, smem=_SMEM2)}
+"""Per version: rows of A per instruction (a block each), threads per block, dynamic shared memory (bytes)."""
 
 
 @cuda.jit(device=True)
@@ -102,9 +101,16 @@ def make_kernel2(fmt_a: str, fmt_b: str):
     return wgmma_probe_kernel
 
 
+VERSIONS = {  # kernel: the function that builds the probe kernel for (fmt_a, fmt_b)
+    1: Version("mma.sync m16n8k32 (one warp, 16 rows)", make_kernel1, needs=ptx.MMA_FP8, traits={"tensor_cores"}),
+    2: Version("wgmma m64n8k32 (one warpgroup, 64 rows)", make_kernel2, needs=ptx.WGMMA, traits={"tensor_cores"}),
+}
+BEST = 2
+
+
 def kernel(version: int, fmt_a: str = "e4m3", fmt_b: str = "e4m3"):
     """The probe kernel of `version` for these formats, built once (runtime.cached)."""
-    make = make_kernel1 if version == 1 else make_kernel2
+    make = VERSIONS[version].kernel
     return runtime.cached((f"tc_accum.v{version}", fmt_a, fmt_b), lambda: make(fmt_a, fmt_b))
 
 
@@ -112,8 +118,9 @@ def _check(a_codes, b_codes, c, version):
     version = V.version("version", version, VERSIONS, default=BEST)
     a = V.array("a_codes", a_codes, dtype=np.uint8, ndim=2)
     b = V.array("b_codes", b_codes, dtype=np.uint8, shape=(8, 32))
-    if a.shape[1] != 32 or a.shape[0] % ROWS[version]:
-        raise ValueError(f"a_codes must have shape (R, 32) with R a multiple of {ROWS[version]} (version {version}), "
+    rows = LAUNCH[version]["rows"]
+    if a.shape[1] != 32 or a.shape[0] % rows:
+        raise ValueError(f"a_codes must have shape (R, 32) with R a multiple of {rows} (version {version}), "
                          f"got {a.shape}")
     c = V.array("c", c, dtype=np.float32, shape=(a.shape[0], 8))
     return a, b, c, version
@@ -123,16 +130,14 @@ def probe(a_codes, b_codes, c, version=None, fmt_a: str = "e4m3", fmt_b: str = "
     """D (R, 8) float32 = C + decode(a) @ decode(b).T, each 16 (version 1) or 64 (version 2) rows by one tensor-core
     instruction. a_codes (R, 32) uint8, b_codes (8, 32) uint8, c (R, 8) float32 (NumPy arrays)."""
     a, b, c, version = _check(a_codes, b_codes, c, version)
-    (ptx.require_mma_fp8 if version == 1 else ptx.require_wgmma)(version)
+    check_device(VERSIONS, version)
     fmt_a, fmt_b = spec.fmt_name(fmt_a, "fmt_a"), spec.fmt_name(fmt_b, "fmt_b")
     d = bench.poisoned(c.shape, np.float32)
     args = (cuda.to_device(np.ascontiguousarray(a)), cuda.to_device(np.ascontiguousarray(b)),
             cuda.to_device(np.ascontiguousarray(c)), d)
-    R = a.shape[0]
-    if version == 1:
-        kernel(1, fmt_a, fmt_b)[R // 16, 32](*args)
-    else:
-        runtime.launch_with_shared(kernel(2, fmt_a, fmt_b), R // 64, 128, _SMEM2, *args)
+    geometry = LAUNCH[version]
+    runtime.launch_with_shared(kernel(version, fmt_a, fmt_b), a.shape[0] // geometry["rows"], geometry["threads"],
+                               geometry["smem"], *args)
     return d.copy_to_host()
 
 
@@ -150,8 +155,7 @@ def exact(a_codes, b_codes, c, fmt_a: str = "e4m3", fmt_b: str = "e4m3") -> np.n
 
 def model(a_codes, b_codes, c, bits: int, fmt_a: str = "e4m3", fmt_b: str = "e4m3") -> np.ndarray:
     """fp8lab.numerics.accum's limited accumulator for one group of 32 products: C and the products aligned to the
-    largest
-    exponent, truncated to `bits` mantissa bits, added exactly, the sum truncated (float32 result)."""
+    largest exponent, truncated to `bits` mantissa bits, added exactly, the sum truncated (float32 result)."""
     A = formats.decode(np.asarray(a_codes, np.uint8), fmt_a).astype(np.float64)
     B = formats.decode(np.asarray(b_codes, np.uint8), fmt_b).astype(np.float64)
     p = A[:, None, :] * B[None, :, :]  # (R, 8, 32)

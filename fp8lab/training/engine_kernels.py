@@ -50,8 +50,7 @@ def fp8_gemm_version() -> int:
 
 class Params:
     """The parameters of fp8lab.training.model.init_params in one flat float32 device buffer (what the optimizer
-    updates), its
-    gradient buffer, and named (reshaped) views of both."""
+    updates), its gradient buffer, and named (reshaped) views of both."""
 
     def __init__(self, host: dict):
         self.names = list(host)

@@ -184,9 +184,9 @@ def train(
     if engine == "torch":
         from . import engine_torch
 
-        engine_torch.check_recipe(recipe)
         if task != "chars":
             raise ValueError(f"engine='torch' trains task='chars' (the language model), got task={task!r}")
+        engine_torch.check_recipe(recipe)
         if save is not None or resume is not None:
             raise ValueError("save, resume: checkpoints are for engine='kernels' or 'reference', got engine='torch'")
         if moments == "bf16":

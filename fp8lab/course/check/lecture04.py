@@ -1,5 +1,5 @@
-"""Lecture 04's exercises: DeepGEMM's calc_diff as a function, how long a delayed-scaling history remembers a
-spike, and what MX's floor and ceil rules make of a group's largest value, checked against fp8lab.numerics.spec and
+"""Lecture 04's exercises: DeepGEMM's calc_diff as a function, how long a delayed-scaling history remembers a spike, and
+what MX's floor and ceil rules make of a group's largest value, checked against fp8lab.numerics.spec and
 fp8lab.numerics.scaling.
 
 calc_diff is DeepGEMM's accuracy metric (deepseek-ai/DeepGEMM, deep_gemm/testing/numeric.py):

@@ -1,7 +1,7 @@
 """Lecture 06's exercises: the accumulator bits that keep (c)'s small products, the scale shapes of (b)'s check, and
 what the 13-bit accumulator adds next to a large partial sum, checked against fp8lab.numerics.accum and
-fp8lab.numerics.spec (the
-model of Hopper's FP8 tensor-core accumulator: SageAttention2, arXiv 2411.10958; DeepSeek-V3, arXiv 2412.19437)."""
+fp8lab.numerics.spec (the model of Hopper's FP8 tensor-core accumulator: SageAttention2, arXiv 2411.10958; DeepSeek-V3,
+arXiv 2412.19437)."""
 
 from __future__ import annotations
 

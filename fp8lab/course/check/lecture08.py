@@ -1,7 +1,6 @@
-"""Lecture 08's exercises: where per-tensor scaling pushes typical values into the subnormals and to zero, for E5M2
-this time, and the recorded run's loss in bits per character, checked against fp8lab.numerics.formats,
-fp8lab.training.corpus and the
-recorded H200 run (fp8lab.device.hardware.recorded)."""
+"""Lecture 08's exercises: where per-tensor scaling pushes typical values into the subnormals and to zero, for E5M2 this
+time, and the recorded run's loss in bits per character, checked against fp8lab.numerics.formats, fp8lab.training.corpus
+and the recorded H200 run (fp8lab.device.hardware.recorded)."""
 
 from __future__ import annotations
 

@@ -38,6 +38,16 @@ def _attempted(q, fn):
 # ------------------------------------------------------------------------------- what fp8lab keeps, measured
 
 
+def _tiny_step(rng, recipe="fp8-deepseek"):
+    """A small model (width 150, not a multiple of 128), one batch: (cfg, params, ids, targets, loss, grads)."""
+    cfg = lm.Config(vocab=7, context=3, embed=50, hidden=70, blocks=1)
+    p = lm.init_params(cfg, int(rng.integers(0, 2**31)))
+    ids = rng.integers(0, cfg.vocab, (37, cfg.context))
+    tgt = rng.integers(0, cfg.vocab, 37)
+    loss, g = numpy_engine.Model(cfg, recipe).loss(p, ids, tgt)
+    return cfg, p, ids, tgt, loss, g
+
+
 def _default_moments(recipe: str) -> str:
     """The format fl.train gives AdamW's moments in `recipe` when not told: the recipe's own."""
     return recipes.get(recipe).moments
@@ -365,10 +375,9 @@ def _synthetic(rng):
 
 @question
 def per_tensor_breaks_at(fn, rng=None):
-    """Check `fn(errors_by_log2) -> smallest log2(s) or None` on sweeps measured with fp8lab.training.model.Linear (odd
-    shapes,
-    fresh random inputs, all or some of log2(s) = 0..20, keys shuffled) and on small hand-made sweeps that separate
-    the rule's edges."""
+    """Check `fn(errors_by_log2) -> smallest log2(s) or None` on sweeps measured with the NumPy engine's Linear (odd
+    shapes, fresh random inputs, all or some of log2(s) = 0..20, keys shuffled) and on small hand-made sweeps that
+    separate the rule's edges."""
     q = "per_tensor_breaks_at"
     _attempted(q, fn)
     rng = np.random.default_rng() if rng is None else rng

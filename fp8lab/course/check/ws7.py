@@ -1,7 +1,6 @@
 """ws7: limited-precision accumulation: Hopper's FP8 tensor-core accumulator as fp8lab.numerics.accum models it (13
-mantissa
-bits, truncation, alignment per group of 32), DeepSeek-V3's promotion to FP32 every N_C = 128 elements of K (arXiv
-2412.19437, sections 3.3.2 and 3.5.2), and the error of both at K = 4096, checked against
+mantissa bits, truncation, alignment per group of 32), DeepSeek-V3's promotion to FP32 every N_C = 128 elements of K
+(arXiv 2412.19437, sections 3.3.2 and 3.5.2), and the error of both at K = 4096, checked against
 fp8lab.numerics.accum.dot_limited.
 
 The wrong-answer models below only choose a hint; right or wrong is always decided by fp8lab.numerics.accum."""
@@ -469,10 +468,9 @@ def _q3_variants(a, b, exact, y0, y1):
 
 @question
 def promotion_errors(fn, why, rng=None):
-    """Check `fn(a, b) -> (error without promotion, error with promotion every 128)`, the relative errors
-    |y - exact| / |exact| of 13-bit limited dot products, recomputed with fp8lab.numerics.accum on fresh U[0, 1) inputs
-    in
-    E4M3 (K = 4096 and 1000); and `why() -> letter`, why the error grows with K."""
+    """Check `fn(a, b) -> (error without promotion, error with promotion every 128)`, the relative errors |y - exact| /
+    |exact| of 13-bit limited dot products, recomputed with fp8lab.numerics.accum on fresh U[0, 1) inputs in E4M3 (K =
+    4096 and 1000); and `why() -> letter`, why the error grows with K."""
     q = "promotion_errors"
     if still_a_placeholder(fn):
         raise NotAttempted(not_attempted_message(q, fn))

@@ -54,8 +54,7 @@ def _ulps(a, b) -> int:
 
 def reference_scale(history, fmt="e4m3", margin: int = 0, algo: str = "max") -> np.float32:
     """The scale fp8lab.numerics.scaling.DelayedScaling holds after recording `history` (oldest first) with this algo
-    and
-    margin: its own computation, not a copy."""
+    and margin: its own computation, not a copy."""
     ds = scaling.DelayedScaling(history_len=len(history), algo=algo, margin=margin, fmt=fmt)
     for a in history:
         ds.update(float(a))
@@ -303,9 +302,8 @@ def _codes_hint(x, scale, got, want):
 
 @question
 def delayed_quantize_steps(fn, rng=None):
-    """Check `fn(tensors, history_len) -> (codes, scales)`: delayed scaling over a sequence of float32 tensors,
-    E4M3, algo "max", margin 0; scales and codes bit for bit against fp8lab.numerics.scaling.DelayedScaling.scale_for
-    and
+    """Check `fn(tensors, history_len) -> (codes, scales)`: delayed scaling over a sequence of float32 tensors, E4M3,
+    algo "max", margin 0; scales and codes bit for bit against fp8lab.numerics.scaling.DelayedScaling.scale_for and
     formats.encode(x / scale)."""
     q = "delayed_quantize_steps"
     if still_a_placeholder(fn):

@@ -171,10 +171,9 @@ def _where_wrong(mask, M, K):
 
 @question
 def requantize_tile_to_col(fn, rng=None):
-    """Check `fn(codes, scales) -> (codes_t, scales_t)`: x's E4M3 codes (M, K) in 1x128 tiles with scales
-    (M, ceil(K/128)) re-quantized as 128x1 tiles, i.e. tiles of x^T: codes_t uint8 (K, M), scales_t float32
-    (K, ceil(M/128)); bit-exact with fp8lab.numerics.spec.requantize_tile_to_col, on ragged shapes, an all-zero group
-    and
+    """Check `fn(codes, scales) -> (codes_t, scales_t)`: x's E4M3 codes (M, K) in 1x128 tiles with scales (M,
+    ceil(K/128)) re-quantized as 128x1 tiles, i.e. tiles of x^T: codes_t uint8 (K, M), scales_t float32 (K,
+    ceil(M/128)); bit-exact with fp8lab.numerics.spec.requantize_tile_to_col, on ragged shapes, an all-zero group and
     values on rounding ties. The inputs must not be modified."""
     q = "requantize_tile_to_col"
     if still_a_placeholder(fn):
