@@ -101,12 +101,15 @@ def picture(table: dict[int, list[str]] | None = None) -> str:
             elif short.endswith(".*"):
                 short = short[:-2] + "/*"
             cells.setdefault((layer, col), []).append(short)
-    lines = ["layer  " + "".join(c.ljust(WIDTH) for c in cols).rstrip(), ""]
+    # each column as wide as its longest name (at least WIDTH), so that no name runs into the next column
+    width = {c: max([WIDTH] + [len(s) + 3 for (_, col), names in cells.items() if col == c for s in names])
+             for c in cols}
+    lines = ["layer  " + "".join(c.ljust(width[c]) for c in cols).rstrip(), ""]
     for layer in sorted(table, reverse=True):
-        wrapped = {c: textwrap.wrap(", ".join(cells.get((layer, c), [])), WIDTH - 2, break_long_words=False,
+        wrapped = {c: textwrap.wrap(", ".join(cells.get((layer, c), [])), width[c] - 2, break_long_words=False,
                                     break_on_hyphens=False) or [""] for c in cols}
         for i in range(max(len(w) for w in wrapped.values())):
-            row = "".join((wrapped[c][i] if i < len(wrapped[c]) else "").ljust(WIDTH) for c in cols)
+            row = "".join((wrapped[c][i] if i < len(wrapped[c]) else "").ljust(width[c]) for c in cols)
             lines.append((f"  {layer}    " if i == 0 else "       ") + row.rstrip())
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
