@@ -137,12 +137,18 @@ def test_execute_writes_a_stamped_copy(sim_run):
 def test_build_from_a_partial_run(sim_run, tmp_path):
     pytest.importorskip("nbconvert")
     executed, _ = sim_run
+    # on a copy of the sources with no docs/executed/PENDING.md: the repository's list of notebooks waiting for a
+    # GPU run (a session without one) would excuse the copies missing here
+    root = tmp_path / "repo"
+    for d in site.SOURCE_DIRS:
+        shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copy(ROOT / "README.md", root / "README.md")
     out = tmp_path / "site"
-    r = run("build", "--executed", executed, "--out", out)
+    r = run("build", "--root", root, "--executed", executed, "--out", out)
     assert r.returncode == 1 and "no executed copy of" in r.stderr
     assert "notebooks/03_fp8_formats.ipynb" in r.stderr and "--allow-missing" in r.stderr
 
-    r = run("build", "--executed", executed, "--out", out, "--allow-missing")
+    r = run("build", "--root", root, "--executed", executed, "--out", out, "--allow-missing")
     assert r.returncode == 0, r.stdout + r.stderr
     index = (out / "index.html").read_text(encoding="utf-8")
     assert "notebooks/00_start_here.html" in hrefs(out / "index.html")
