@@ -6,6 +6,8 @@ NumPy only (device arrays are recognised by duck typing), so the NumPy spec modu
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import warnings
 
 import numpy as np
@@ -23,12 +25,16 @@ def describe(x) -> str:
     return f"{type(x).__name__} {x!r}"[:120]
 
 
-def array(name: str, x, *, dtype=None, ndim=None, shape=None, allow_device=True, finite=False):
+def array(name: str, x, *, dtype=None, ndim=None, shape=None, allow_device=True, finite=False, writable=False):
     """Return x as a NumPy array (or the device array itself) after checking it.
 
-    dtype: a NumPy dtype or a tuple of them; shape: a tuple where None matches any length.
-    Host inputs that are not arrays (lists) are converted; their dtype is then checked.
+    dtype: a NumPy dtype or a tuple of them; shape: a tuple where None matches any length; writable: a host array
+    must accept writes (an output). Host inputs that are not arrays (lists) are converted; their dtype is then
+    checked. A masked array is refused: kernels would read the values under its mask.
     """
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{name} must be a plain array, got a masked array of shape {tuple(x.shape)}: kernels read "
+                        f"every value, masked or not; pass {name}.filled(value) (or {name}.data) to say which")
     if allow_device and is_device_array(x):
         arr = x
     elif isinstance(x, np.ndarray):
@@ -59,6 +65,8 @@ def array(name: str, x, *, dtype=None, ndim=None, shape=None, allow_device=True,
         raise ValueError(f"{name} must not be empty, got {describe(arr)}")
     if finite and isinstance(arr, np.ndarray) and not np.isfinite(arr).all():
         raise ValueError(f"{name} must be finite, got {nonfinite_summary(arr)} in {describe(arr)}")
+    if writable and isinstance(arr, np.ndarray) and not arr.flags.writeable:
+        raise ValueError(f"{name} must be writable (the result is written into it), got a read-only {describe(arr)}")
     return arr
 
 
@@ -105,11 +113,16 @@ def positive_int(name: str, value) -> int:
 
 
 def positive_float(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+    """A positive finite real number (int, float, NumPy scalar, Fraction, ...) as a float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a positive number, got {describe(value)}")
-    if not np.isfinite(value) or value <= 0:
+    try:
+        f = float(value)
+    except OverflowError:  # a Fraction beyond float's range
+        f = math.inf
+    if not math.isfinite(f) or f <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value}")
-    return float(value)
+    return f
 
 
 def choice(name: str, value, options) -> str:

@@ -15,6 +15,8 @@ import numpy as np
 from .device import select as _backend
 from .kernels import MODULES as BENCHES  # the registry only; kernel modules are imported on use
 
+TORCH_HOW = ".venv/bin/pip install -e '.[torch]' (PyTorch is optional: the course's first rung and peer)"
+
 
 def _output_path(flag: str, path: str) -> str:
     """Make the folder of an output file now, so a bad path fails before minutes of training, not after."""
@@ -133,7 +135,7 @@ def _torch_row(args, common, baselines, ref) -> None:
     from .training import corpus
 
     if importlib.util.find_spec("torch") is None:
-        print("PyTorch is not installed: no PyTorch row (pip install torch)")
+        print(f"PyTorch is not installed: no PyTorch row ({TORCH_HOW})")
         return
     h = fl.train(baselines[-1], **dict(common, engine="torch", moments=None))
     rel = [f"{(h.eval_loss - ref[b]) / ref[b]:+.2%}" if b in ref else "-" for b in baselines]
@@ -323,8 +325,9 @@ def _main(argv: list[str]) -> int:
                        description="Check every version of a kernel module against its reference, then time it "
                                    "(on a GPU). OP defaults to all; options go after it: fp8lab bench gemm --markdown.")
     b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("overhead", "overlap", "all"), metavar="OP",
-                   help="a kernel module, overhead (the public API against its preallocated kernels), overlap "
-                        "(copies on streams beside a GEMM; the GEMM on part of the SMs beside a copy), or all")
+                   help=f"a kernel module ({', '.join(BENCHES)}), overhead (the public API against its "
+                        "preallocated kernels), overlap (copies on streams beside a GEMM; the GEMM on part of the SMs "
+                        "beside a copy), or all (default)")
     b.add_argument("rest", nargs=argparse.REMAINDER,
                    help="passed to each kernel module: --markdown (a BENCHMARKS.md section), --check-only, and "
                         "module options (gemm: --plot PATH; fp8_gemm: --deepseek; overlap: --plot DIR)")

@@ -40,8 +40,9 @@ def _torch():
         import torch
         import torch.distributed as dist
     except ImportError as e:
-        raise ImportError("fp8lab.comm.moe's all-to-all needs PyTorch (optional in fp8lab): pip install torch "
-                          f"(the CPU build is enough for gloo) [{e}]") from None
+        raise ImportError("fp8lab.comm.moe's all-to-all needs PyTorch (optional in fp8lab): in the repository, "
+                          ".venv/bin/pip install -e '.[torch]' (the CPU build is enough for gloo) "
+                          f"[{e}]") from None
     if not dist.is_available():
         raise ImportError("fp8lab.comm.moe's all-to-all needs torch.distributed, which this PyTorch build lacks")
     return torch, dist

@@ -67,7 +67,7 @@ def _times(F, B, W, FB) -> tuple[Fraction, Fraction, Fraction, Fraction, bool]:
             continue
         if isinstance(t, bool) or not isinstance(t, numbers.Real):
             raise TypeError(f"{name} must be a real number (a time), got {V.describe(t)}")
-        if not math.isfinite(t):
+        if not isinstance(t, numbers.Integral) and not math.isfinite(t):  # ints are exact at any size
             raise ValueError(f"{name} must be finite, got {t}")
     for name in ("F", "B") + (("FB",) if FB is not None else ()):
         if given[name] <= 0:
@@ -77,6 +77,42 @@ def _times(F, B, W, FB) -> tuple[Fraction, Fraction, Fraction, Fraction, bool]:
     integral = all(isinstance(t, numbers.Integral) for t in given.values() if t is not None)
     f, b, w = Fraction(F), Fraction(B), Fraction(W)
     return f, b, w, (f + b if FB is None else Fraction(FB)), integral
+
+
+# The simulator's work: one event per operation, stages * microbatches * 3 of them (F, B, W), each about 10 us of
+# Python and 1 KB while the timeline is built and checked (docs/notes/pipeline.md). Past MAX_OPS a run is refused,
+# past WARN_OPS it warns with its estimate: the bubble formulas hold for any count of micro-batches from the least
+# one, so a smaller run shows the same thing.
+OP_SECONDS, OP_BYTES = 10e-6, 1000
+WARN_OPS, MAX_OPS = 300_000, 3_000_000
+
+
+def check_size(stages: int, microbatches: int, schedules=1) -> float:
+    """Estimated seconds to simulate (and check) `schedules` timelines of stages x microbatches; UserWarning above
+    WARN_OPS operations, ValueError naming stages and microbatches above MAX_OPS."""
+    import warnings
+
+    ops = 3 * int(stages) * int(microbatches)
+    seconds, gib = schedules * ops * OP_SECONDS, schedules * ops * OP_BYTES / 2**30
+    what = (f"stages={stages} x microbatches={microbatches} is {ops:,} operations to simulate per schedule (about "
+            f"{seconds:,.0f} s and {gib:.1f} GB in all)")
+    if ops > MAX_OPS:
+        raise ValueError(f"{what}: at most {MAX_OPS:,} (stages x microbatches <= {MAX_OPS // 3:,}); fewer "
+                         "micro-batches show the same bubbles")
+    if ops > WARN_OPS:
+        warnings.warn(what, UserWarning, stacklevel=3)
+    return seconds
+
+
+def _fits_a_float(f, b, w, fb, P: int, N: int) -> None:
+    """ValueError naming F, B, W, FB when the simulation's times could pass float's range (its results are floats
+    unless every time is an int): a makespan is at most (2 N + 2 P) x (F + B + FB)."""
+    import sys
+
+    if (2 * N + 2 * P) * (f + b + w + fb) > Fraction(sys.float_info.max):
+        over = f"{N} micro-batches and {P} stages" if N else f"{P} stages"
+        raise ValueError(f"F, B, W, FB: times this large (F={float(f):g}, B={float(b):g}) overflow a float over "
+                         f"{over}: use a smaller unit (the bubbles scale with the times)")
 
 
 def _number(x: Fraction, integral: bool):
@@ -111,6 +147,9 @@ def simulate(schedule: str, stages: int, microbatches: int, F, B, W, FB=None) ->
         raise ValueError(f"microbatches must be >= stages = {least} for {schedule} (fewer never fill the "
                          f"pipeline), got {N}")
     f, b, w, fb, integral = _times(F, B, W, FB)
+    if not integral:
+        _fits_a_float(f, b, w, fb, P, N)
+    check_size(P, N)
     try:
         return _time(schedule, P, N, BUILD[schedule](P, N), f, b, w, fb, integral)
     except _Deadlock as e:  # a schedule bug, not bad input
@@ -263,6 +302,8 @@ def table2(stages: int, F, B, W, FB=None) -> dict:
     """
     P = _stages(stages)
     f, b, w, fb, integral = _times(F, B, W, FB)
+    if not integral:
+        _fits_a_float(f, b, w, fb, P, 0)
     rows = {"1f1b": ((P - 1) * (f + b), 1, P), "zb1p": ((P - 1) * (f + b - 2 * w), 1, P)}
     if P % 2 == 0:
         rows["dualpipe"] = ((Fraction(P, 2) - 1) * (fb + b - 3 * w), 2, P + 1)
@@ -294,11 +335,17 @@ def compare(stages: int = 8, microbatches: int = 20, F=1, B=2, W=1, FB=None, sch
     Every timeline is verified (Timeline.check) first. Returns one dict per schedule (keys: schedule, timeline,
     simulated, table2, exact: the conditions hold, match); show=True also prints the table.
     """
+    import warnings
+
     if isinstance(schedules, str):
         schedules = (schedules,)
+    if isinstance(stages, numbers.Integral) and isinstance(microbatches, numbers.Integral):
+        check_size(stages, microbatches, len(schedules))  # one warning (or refusal) for all of them
     rows = []
     for s in schedules:
-        tl = simulate(s, stages, microbatches, F, B, W, FB).check()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "stages=", UserWarning)  # said once above
+            tl = simulate(s, stages, microbatches, F, B, W, FB).check()
         t2 = table2(stages, F, B, W, FB)[s]
         sim = {"bubble": tl.bubble, "parameters": tl.parameters, "activations": tl.activations}
         match = (sim["parameters"] == t2["parameters"] and sim["activations"] == t2["activations"]

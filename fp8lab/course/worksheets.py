@@ -45,6 +45,7 @@ import re
 import shutil
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +56,7 @@ HINT = "### HINT:"
 DEFAULT_HINT = "read the description above; the check below says what it expects."
 MANIFEST = ".manifest.json"
 WORK = "work"  # learners' copies (in .gitignore)
-TIMEOUT_S = 600  # per cell: kernels run slowly under the simulator
+TIMEOUT_S = 300  # per cell: generous for the simulator's slowest worksheet cell (about a minute on 2 cores)
 _CHECK_CALL = re.compile(r"\bcheck\.([A-Za-z_]\w*)\s*\(")
 
 
@@ -114,6 +115,13 @@ def start(name, *, fresh: bool = False, exercises=None, work=None, log=print) ->
     src = resolve(name, exercises)
     work = Path(work) if work else _root() / WORK
     dst = work / src.name
+    for p in [work, *work.parents]:  # work/ (or a folder above it) a file: nowhere to put the copy
+        if p.exists() and not p.is_dir():
+            raise WorksheetError(f"{p} is a file, not a folder: your worksheet copies go in {work}/; move or rename "
+                                 f"{p}, then start again")
+    if dst.is_dir():
+        raise WorksheetError(f"{dst} is a folder, not your copy of the worksheet: move or rename it (nothing was "
+                             "copied)")
     if dst.exists() and not fresh:
         log(f"{dst} already exists: it is your copy, kept as it is (`--fresh` starts over, backing it up)")
     else:
@@ -132,9 +140,13 @@ def start(name, *, fresh: bool = False, exercises=None, work=None, log=print) ->
 def _gradable(target) -> Path:
     """A path as given, or for a worksheet name (ws1) the learner's copy in work/."""
     p = Path(target)
+    if p.is_dir():
+        raise WorksheetError(f"{p} is a folder: grade a worksheet by its name (ws1) or a notebook's path")
     if p.suffix == ".ipynb" or p.exists():
         return p
     copy = _root() / WORK / resolve(target).name
+    if copy.is_dir():
+        raise WorksheetError(f"{copy} is a folder, not your copy of the worksheet: move or rename it")
     if not copy.exists():
         raise WorksheetError(f"{copy} does not exist: start the worksheet first with `fp8lab worksheets start "
                              f"{target}` (or grade a notebook by its path)")
@@ -264,9 +276,11 @@ def run_notebook(path, *, timeout: int = TIMEOUT_S, allow_errors: bool = True, n
     """Execute a notebook headless in its own directory, kernel "python3" of this environment.
 
     nb: the notebook already read from path (it is executed in place). With allow_errors=False execution stops
-    at the first failing cell. Raises WorksheetError if the notebook cannot be read or the kernel cannot run it
-    (start failure, death, a cell over `timeout`).
+    at the first failing cell. A cell still running after `timeout` seconds (an answer that loops forever) is
+    interrupted and gets an error saying so; with allow_errors=True the next cells still run. Raises WorksheetError
+    if the notebook cannot be read or the kernel cannot run it (start failure, death).
     """
+    timeout = _timeout(timeout)
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
@@ -278,7 +292,7 @@ def run_notebook(path, *, timeout: int = TIMEOUT_S, allow_errors: bool = True, n
     os.environ["FP8LAB_CHECK_REPORT"] = report  # the kernel inherits this process's environment
     try:
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
-                                extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                                interrupt_on_timeout=True, extra_arguments=["--IPKernelApp.log_level=ERROR"],
                                 resources={"metadata": {"path": str(path.parent.resolve())}})
         try:
             client.execute()
@@ -295,6 +309,24 @@ def run_notebook(path, *, timeout: int = TIMEOUT_S, allow_errors: bool = True, n
             os.environ["FP8LAB_CHECK_REPORT"] = old
         os.unlink(report)
     return RunResult(nb, _first_error(nb), checks)
+
+
+def _timeout(value) -> int:
+    """A cell's time limit: a positive int (seconds)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise WorksheetError(f"timeout must be a positive number of seconds per cell, got {value!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> int:
+    """--timeout's type: a positive int."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds per cell, got {text!r}")
+    return value
 
 
 def questions(nb) -> list[tuple[int, str]]:
@@ -326,23 +358,25 @@ def grade(path, *, timeout: int = TIMEOUT_S) -> list[dict]:
         recs = pending.get(name) or []
         if recs:
             rec = recs.pop(0)
-            msg = rec["message"].strip().splitlines()
-            rows.append({"question": name, "cell": cell, "status": rec["status"], "detail": msg[0] if msg else ""})
+            detail = " ".join(line.strip() for line in rec["message"].strip().splitlines() if line.strip())
+            rows.append({"question": name, "cell": cell, "status": rec["status"], "detail": detail})
         else:
-            err = _cell_error(res.nb.cells[cell])
+            err = _cell_error(res.nb.cells[cell], timeout)
             rows.append({"question": name, "cell": cell, "status": "failed",
                          "detail": f"the check did not run ({err or 'cell not reached'})"})
     asked = {cell for cell, _ in questions(res.nb)}
     for i, cell in enumerate(res.nb.cells):
-        err = _cell_error(cell) if i not in asked else None
+        err = _cell_error(cell, timeout) if i not in asked else None
         if err and "your answer goes here" not in err:
             rows.append({"question": "(cell error)", "cell": i, "status": "error", "detail": err})
     return rows
 
 
-def _cell_error(cell) -> str | None:
+def _cell_error(cell, timeout: int | None = None) -> str | None:
     for out in cell.get("outputs", []):
         if out.get("output_type") == "error":
+            if out.get("ename") == "KeyboardInterrupt" and timeout is not None:  # run_notebook's interrupt
+                return f"timed out: still running after {timeout} s, interrupted (a loop that never ends?)"
             ev = str(out.get("evalue", "")).strip().splitlines()
             return f"{out.get('ename')}: {ev[0] if ev else ''}"
     return None
@@ -353,12 +387,15 @@ def print_grades(path, rows) -> None:
     questions_ = [r for r in rows if r["status"] != "error"]
     passed = sum(r["status"] == "passed" for r in questions_)
     table = [["question", "cell", "status", "detail"]]
-    table += [[r["question"], str(r["cell"]), r["status"],
-               r["detail"] if len(r["detail"]) <= 110 else r["detail"][:107] + "..."] for r in rows]
+    table += [[r["question"], str(r["cell"]), r["status"], r["detail"]] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(3)]
+    indent = 2 + sum(w + 2 for w in widths)
     print(f"{path}")
     for j, row in enumerate(table):
-        print("  " + "  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + row[3])
+        lines = textwrap.wrap(row[3], max(40, 120 - indent), break_long_words=False) or [""]  # the whole detail
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(row[:3], widths)) + "  " + lines[0])
+        for line in lines[1:]:
+            print(" " * indent + line)
         if j == 0:
             print("  " + "  ".join("-" * w for w in widths) + "  " + "-" * 6)
     print(f"score: {passed} of {len(questions_)} questions passed")
@@ -454,7 +491,8 @@ def _grade_parser(sub_or_none, prog=None):
                                    description=desc)
     g.add_argument("target", metavar="NAME|PATH",
                    help="a worksheet name (ws1: your copy in work/) or a notebook's path")
-    g.add_argument("--timeout", type=int, default=TIMEOUT_S, help="seconds per cell (default %(default)s)")
+    g.add_argument("--timeout", type=_positive_seconds, default=TIMEOUT_S,
+                   help="seconds a cell may run before it is interrupted (default %(default)s)")
     return g
 
 
@@ -486,7 +524,8 @@ def main(argv=None, prog: str = "fp8lab worksheets") -> int:
         b.add_argument("--no-run", action="store_true", help="skip running the solutions first (not for releases)")
         b.add_argument("--solutions", type=Path, help="default: solutions/ of the repository")
         b.add_argument("--exercises", type=Path, help="default: exercises/ of the repository")
-        b.add_argument("--timeout", type=int, default=TIMEOUT_S, help="seconds per cell (default %(default)s)")
+        b.add_argument("--timeout", type=_positive_seconds, default=TIMEOUT_S,
+                   help="seconds a cell may run before it is interrupted (default %(default)s)")
         _grade_parser(sub)
         args = p.parse_args(argv)
     try:

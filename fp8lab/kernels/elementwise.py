@@ -141,7 +141,7 @@ def round_bf16(x, out=None):
     if V.is_device_array(x) and not x.is_c_contiguous():
         raise ValueError(f"x must be C-contiguous when it is a device array, got {V.describe(x)}")
     if out is not None:
-        out = V.array("out", out, dtype=np.float32, shape=tuple(x.shape))
+        out = V.array("out", out, dtype=np.float32, shape=tuple(x.shape), writable=True)
         if not V.is_device_array(out) or not out.is_c_contiguous():
             raise TypeError(f"out must be a C-contiguous CUDA device array (written in place on the device; leave "
                             f"it None to get a new array), got {V.describe(out)}")

@@ -427,7 +427,7 @@ def gemm(a, b, version: int | None = None, out=None):
                          f" b {V.describe(b)}")
     version = V.version("version", version, VERSIONS, default=BEST)
     if out is not None:
-        out = V.array("out", out, dtype=np.float32, shape=(M, N))
+        out = V.array("out", out, dtype=np.float32, shape=(M, N), writable=True)
     runtime.sim_check("fl.gemm", (M, N, K), VERSIONS[version].sim_cost)  # warns once if the simulator takes minutes
     on_device = V.is_device_array(a) or V.is_device_array(b)
     if out is not None and V.is_device_array(out):
