@@ -211,8 +211,8 @@ def _precision_hint(op, got, want):
                  "Dgrad": "Dgrad (dx = dy W: dy in 1x128 tiles against W's FP8 blocks)",
                  "Wgrad": "Wgrad (dW = dy^T x: dy^T in 1x128 tiles and the FP8 x cached by Fprop, re-tiled 128x1; "
                           "only its output, the gradient, is FP32)"}[op.split()[-1]]
-        return (f"DeepSeek-V3 runs all three GEMMs of every Linear in FP8 E4M3 (section 3.3.1, Figure 6), and so does "
-                f"the NumPy engine's Linear('fp8-deepseek') for W1 and W2 alike: {which}")
+        return (f"DeepSeek-V3 runs all three GEMMs of a Linear in FP8 E4M3 (section 3.3.1, Figure 6; every Linear but "
+                f"the output head), and so does the NumPy engine's Linear('fp8-deepseek') for W1 and W2 alike: {which}")
     if op == "output head" and got == "fp8":
         return ("only the block Linears W1 and W2 go to FP8: DeepSeek-V3 keeps the output head (and the embedding) in "
                 "BF16/FP32 (section 3.3.1), and fp8lab's Model computes logits = RMSNorm(x) head^T in FP32 in every "
