@@ -166,6 +166,10 @@ def _interrupted(args, part, prepared) -> str:
     if args.task != "chars":
         return f"{head}; nothing was saved (the teacher task keeps no checkpoints)"
     if args.save is None:
+        kept = None if part is None or part.resume is None else checkpoint.peek(part.resume)
+        if kept is not None:
+            return (f"{head}; nothing new was saved (no --save): {part.resume / checkpoint.FILE} still holds step "
+                    f"{kept['step']}")
         return f"{head}; nothing was saved (with --save DIR, --resume DIR continues a run)"
     meta = None if part is None or part.save is None else checkpoint.peek(part.save)
     cmd = _resume_command(args)

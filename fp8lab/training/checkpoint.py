@@ -21,7 +21,6 @@ import json
 import os
 import pathlib
 import zipfile
-import zlib
 
 import numpy as np
 
@@ -203,6 +202,8 @@ def _read_arrays(path: pathlib.Path) -> dict:
                     raise CheckpointError(f"{path}: holds {name!r}, not an array: not a checkpoint")
                 with z.open(name) as f:
                     out[name[:-4]] = np.lib.format.read_array(f, allow_pickle=False)
+    except CheckpointError:
+        raise
     except zipfile.BadZipFile as e:
         if name is None:  # no readable directory at the end of the file
             raise CheckpointError(f"{path}: truncated (the .npz archive is incomplete)") from None
@@ -210,13 +211,13 @@ def _read_arrays(path: pathlib.Path) -> dict:
             raise CheckpointError(f"{path}: damaged: the bytes of {name[:-4]} changed after it was written (the "
                                   "archive's CRC check fails)") from None
         raise CheckpointError(f"{path}: damaged ({name}: {e})") from None
-    except (EOFError, zlib.error, OSError) as e:
-        raise CheckpointError(f"{path}: damaged or truncated ({name}: {e})") from None
     except ValueError as e:
         if "allow_pickle" in str(e):
             raise CheckpointError(f"{path}: {name[:-4]!r} is an object array (pickled Python objects, refused: "
                                   "loading them could run code)") from None
         raise CheckpointError(f"{path}: damaged ({name}: {e})") from None
+    except Exception as e:  # whatever else bytes that are not an archive make zipfile or NumPy raise
+        raise CheckpointError(f"{path}: damaged ({name}: {type(e).__name__}: {e})") from None
     return out
 
 

@@ -193,7 +193,7 @@ def train(
     (save: a folder this process can write in, holding no other run's checkpoint; resume: a checkpoint of this
     configuration, whole and unchanged since it was written, see fp8lab.training.checkpoint); the memory the run
     needs against what the host (and the GPU, for the kernels) has free (fp8lab.training.preflight; a
-    LargeRunWarning above a few GB).
+    preflight.LargeRunWarning above a few GB).
 
     seed: an int >= 0. lr, noise: positive finite numbers; ema_decay: a real number in [0, 1) (Python or NumPy
     numbers alike); progress: a bool.

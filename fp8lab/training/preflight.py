@@ -86,7 +86,7 @@ def estimate(s) -> dict:
 
 
 def _gb(n: float) -> str:
-    return f"{n / 1e9:.1f} GB" if n < 1e12 else f"{n / 1e12:.1f} TB"
+    return f"{n / 1e6:.0f} MB" if n < 1e9 else f"{n / 1e9:.1f} GB" if n < 1e12 else f"{n / 1e12:.1f} TB"
 
 
 def _value(s, name):
