@@ -378,8 +378,8 @@ def _main(argv: list[str]) -> int:
                                                  "every validation (atomically, with checksums)")
     t.add_argument("--resume", metavar="DIR", help="chars: finish the comparison saved in DIR: recipes whose "
                    "checkpoint has reached --steps are not trained again (their rows are read from it), an "
-                   "interrupted one continues, the others start. Give the same folder to --save and --resume: "
-                   "--save DIR --resume DIR")
+                   "interrupted one continues, the others start. Give the same folder to both, --save DIR --resume "
+                   "DIR: from the first run on, the same command picks up where it stopped")
     t.add_argument("--torch", action="store_true", help="chars: add the PyTorch rung (the same model in PyTorch, "
                                                         "BF16 autocast) as a loss and speed peer, if installed")
     t.add_argument("--eval-every", type=int, help="chars: steps between validation losses (default 50; 3 simulated)")

@@ -470,8 +470,9 @@ def test_cli_resume_finishes_an_interrupted_comparison(tmp_path):
 def test_cli_baselines_after_a_no_baseline_run(tmp_path):
     """--no-baseline first, the baselines after: the finished recipe's folder used to stop the run after both
     baselines had trained; now it is named before, and --resume keeps the finished recipe."""
-    fp8lab.train("fp8-deepseek", steps=3, save=tmp_path / "nb" / "fp8-deepseek", **REF1)
     args = ["train", *CLI_CHARS, "--recipe", "fp8-deepseek", "--steps", "3", "--save", "nb"]
+    first = _cli(*args, "--no-baseline", "--resume", "nb", cwd=tmp_path)  # --save DIR --resume DIR from the start
+    assert first.returncode == 0 and len(_table(first.stdout)) == 1, first.stderr
     r = _cli(*args, cwd=tmp_path)
     assert r.returncode == 2 and "--save nb: nb/fp8-deepseek already holds a checkpoint; add --resume nb" in r.stderr
     assert sorted(p.name for p in (tmp_path / "nb").iterdir()) == ["fp8-deepseek"]  # nothing trained

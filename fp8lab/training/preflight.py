@@ -135,7 +135,8 @@ def comparison(prepared: dict, save=None, resume=None, cli: bool = True) -> list
     folders holding a folder per recipe (train --save DIR writes DIR/RECIPE/). Checked for every recipe before any
     trains: the save folder can be written and holds no checkpoint unless it is the one resumed; each checkpoint to
     resume is whole, of this configuration, and has not passed --steps. Recipes whose checkpoint has reached --steps
-    are done; those without one start."""
+    are done; those without one start (a resume folder without any checkpoint is refused, unless it is the save
+    folder: --save DIR --resume DIR works from the first run on)."""
     save = None if save is None else pathlib.Path(save)
     resume = None if resume is None else pathlib.Path(resume)
     names = list(prepared)
@@ -147,7 +148,8 @@ def comparison(prepared: dict, save=None, resume=None, cli: bool = True) -> list
         if (resume / checkpoint.FILE).is_file():
             raise ValueError(f"{option('resume', resume, cli)} is one recipe's folder (it holds {checkpoint.FILE}): "
                              f"give the folder above it, {option('resume', resume.parent, cli)}")
-        if not any((resume / r / checkpoint.FILE).is_file() for r in names):
+        same = save is not None and save.resolve() == resume.resolve()  # the documented way, from the first run on
+        if not same and not any((resume / r / checkpoint.FILE).is_file() for r in names):
             raise ValueError(f"{option('resume', resume, cli)} holds no checkpoint of {', '.join(names)} (train "
                              f"--save DIR writes DIR/RECIPE/{checkpoint.FILE})")
     plan = []
