@@ -37,18 +37,27 @@ def _output_path(flag: str, path: str) -> str:
 
 
 def _train(args) -> int:
-    import fp8lab as fl
-    from .training import corpus
+    import dataclasses
 
+    from .training import corpus, loop, preflight
+
+    replaced = {}  # an output file that exists is replaced, and the output says so
     if args.json:
+        replaced[args.json] = os.path.exists(args.json)
         _output_path("--json", args.json)
     if not args.no_plot:
+        replaced[args.plot] = os.path.exists(args.plot)
         _output_path("--plot", args.plot)
 
     from .numerics import recipes as R
 
     if args.torch and args.task != "chars":
         raise ValueError("--torch (the PyTorch rung) is only for --task chars")
+    folders = [f"--{k}" for k in ("save", "resume") if getattr(args, k) is not None]
+    if folders and args.task != "chars":
+        raise ValueError(f"{', '.join(folders)}: only for --task chars, got --task {args.task}")
+    if folders and args.engine == "torch":
+        raise ValueError(f"{', '.join(folders)}: checkpoints are for --engine kernels or reference, got --engine torch")
     baselines = R.BASELINES[:1] if args.task == "teacher" else R.BASELINES
     recipes = [args.recipe] if args.no_baseline else [r for r in baselines if r != args.recipe] + [args.recipe]
     # every option goes through: fl.train names any that does not apply to the task
@@ -57,15 +66,28 @@ def _train(args) -> int:
                   d_out=args.d_out, noise=args.noise, context=args.context, embed=args.embed, hidden=args.hidden,
                   blocks=args.blocks, moments=args.moments, eval_every=args.eval_every, outliers=args.outliers,
                   eval_batches=args.eval_batches)
-    hists = []
-    for r in recipes:
-        where = {k: None if d is None else os.path.join(d, r)
-                 for k, d in (("save", args.save), ("resume", args.resume))}
-        try:
-            hists.append(fl.train(r, **common, **where))
-        except fl.TrainingDiverged as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
+    # everything is checked before the first recipe trains: the options, every recipe's folders, the memory
+    prepared = {r: loop.prepare(r, **common) for r in recipes}
+    plan = (preflight.comparison(prepared, args.save, args.resume) if folders else
+            [preflight.Part(r, "train") for r in recipes])
+    for part in plan:
+        if part.action != "done":
+            preflight.check_memory(prepared[part.recipe], cli=True)
+    hists, part = [], None
+    try:
+        for part in plan:
+            s = prepared[part.recipe]
+            if part.action == "done":
+                hists.append(loop.finished(s, part.meta))
+                print(f"{part.recipe}: already trained to step {s.steps} in {part.resume} (its row is read from there)")
+            else:
+                hists.append(dataclasses.replace(s, save=part.save, resume=part.resume).run())
+    except loop.TrainingDiverged as e:
+        print(f"fp8lab train: error: {e.command_line}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(_interrupted(args, part, prepared), file=sys.stderr)
+        return 130
     h0 = hists[0]
     if args.task == "teacher":
         print(f"\nbackend {h0.backend}, engine {h0.engine}: batch {h0.batch}, {h0.d_in} -> {h0.d_out}, "
@@ -102,20 +124,63 @@ def _train(args) -> int:
 
         with open(args.json, "w") as f:
             json.dump([h.to_dict() for h in hists], f, indent=1)
-        print(f"wrote {args.json}")
+        print(_wrote(args.json, replaced[args.json]))
     if not args.no_plot:
         os.environ.setdefault("MPLBACKEND", "Agg")
         from .course.plotting import plot_losses
 
         plot_losses(hists, path=args.plot)
-        print(f"wrote {args.plot}")
+        print(_wrote(args.plot, replaced[args.plot]))
         if any(h.breakdown for h in hists):
             from .course.plotting import plot_breakdown
 
             where = os.path.splitext(args.plot)[0] + "_breakdown.png"
+            existed = os.path.exists(where)
             plot_breakdown(hists, path=where)
-            print(f"wrote {where}")
+            print(_wrote(where, existed))
     return 0
+
+
+def _wrote(path: str, existed: bool) -> str:
+    return f"wrote {path}" + (" (replacing the file that was there)" if existed else "")
+
+
+def _resume_command(args) -> str:
+    """The command line typed, with --resume DIR (DIR: its --save folder) in place of any --resume."""
+    import shlex
+
+    argv, out, skip = list(args.argv), [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--resume":
+            skip = True
+        elif not a.startswith("--resume="):
+            out.append(a)
+    return "fp8lab " + shlex.join(out + ["--resume", args.save])
+
+
+def _interrupted(args, part, prepared) -> str:
+    """One line for Ctrl-C during training: where the last checkpoint is and the command that continues."""
+    from .training import checkpoint
+
+    head = "fp8lab train: interrupted" + (f" during {part.recipe}" if part is not None else "")
+    if args.task != "chars":
+        return f"{head}; nothing was saved (the teacher task keeps no checkpoints)"
+    if args.save is None:
+        kept = None if part is None or part.resume is None else checkpoint.peek(part.resume)
+        if kept is not None:
+            return (f"{head}; nothing new was saved (no --save): {part.resume / checkpoint.FILE} still holds step "
+                    f"{kept['step']}")
+        return f"{head}; nothing was saved (with --save DIR, --resume DIR continues a run)"
+    meta = None if part is None or part.save is None else checkpoint.peek(part.save)
+    cmd = _resume_command(args)
+    if meta is None:
+        every = prepared[part.recipe].eval_every if part is not None else None
+        return (f"{head}, before its first checkpoint (one every {every} steps); the recipes finished are kept: "
+                f"{cmd}")
+    return (f"{head}; its last checkpoint is {part.save / checkpoint.FILE} (step {meta['step']} of "
+            f"{prepared[part.recipe].steps}): {cmd}")
 
 
 def _outlier_note(m) -> str:
@@ -147,16 +212,27 @@ def _torch_row(args, common, baselines, ref) -> None:
 def _generate(args) -> int:
     from .training import checkpoint, corpus, engine_reference
 
-    cfg, recipe, weights = checkpoint.model_of(args.source)
-    c = corpus.load()
-    prompt = c.encode(args.prompt)
-    if not len(prompt):
-        raise ValueError("prompt must hold at least one character")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be a non-negative int, got {args.seed}")
     if args.chars <= 0:
-        raise ValueError(f"chars must be a positive int, got {args.chars}")
+        raise ValueError(f"--chars must be a positive int, got {args.chars}")
     if not args.temperature > 0:
-        raise ValueError(f"temperature must be a positive number, got {args.temperature}")
-    ids = engine_reference.generate(engine_reference.Model(cfg, recipe), weights, prompt, args.chars,
+        raise ValueError(f"--temperature must be a positive number, got {args.temperature}")
+    c = corpus.load()
+    bad = sorted(set(args.prompt) - set(c.vocab))
+    if bad:
+        raise ValueError(f"--prompt holds characters outside the corpus vocabulary: {''.join(bad)!r}")
+    if not args.prompt:
+        raise ValueError("--prompt must hold at least one character")
+    folder = checkpoint.check_resume_dir("from", args.source, cli=True)
+    arrays, meta = checkpoint.read(folder / checkpoint.FILE)
+    cfg, recipe, weights = checkpoint.weights(arrays, meta)
+    val, floor = meta["val_loss"][-1][1], corpus.unigram_entropy()
+    if val >= floor:  # it has not learned more than how often each letter occurs
+        print(f"fp8lab generate: warning: {folder} is barely trained ({meta['step']} steps; validation "
+              f"{corpus.bits_per_char(val):.2f} bits/char, no better than letter frequencies alone, "
+              f"{corpus.bits_per_char(floor):.2f}): expect noise; train longer (--steps)", file=sys.stderr)
+    ids = engine_reference.generate(engine_reference.Model(cfg, recipe), weights, c.encode(args.prompt), args.chars,
                                     np.random.default_rng(args.seed), args.temperature)
     print(args.prompt + c.decode(ids))
     return 0
@@ -241,6 +317,9 @@ def main(argv=None) -> int:
     except _backend.BackendError as e:  # no GPU for --backend gpu, a bad FP8LAB_BACKEND, ...
         print(f"fp8lab: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside a training run (train says more): one line, no traceback
+        print("fp8lab: interrupted", file=sys.stderr)
+        return 130
 
 
 def _main(argv: list[str]) -> int:
@@ -298,9 +377,11 @@ def _main(argv: list[str]) -> int:
                         "times smaller (the same product: a controlled test of per-tensor against fine-grained "
                         "scaling)")
     t.add_argument("--save", metavar="DIR", help="chars: write a checkpoint of each recipe's run to DIR/RECIPE/ at "
-                                                 "every validation (atomically)")
-    t.add_argument("--resume", metavar="DIR", help="chars: continue the runs saved in DIR/RECIPE/ to --steps (give "
-                                                   "--save DIR too to keep saving there)")
+                                                 "every validation (atomically, with checksums)")
+    t.add_argument("--resume", metavar="DIR", help="chars: finish the comparison saved in DIR: recipes whose "
+                   "checkpoint has reached --steps are not trained again (their rows are read from it), an "
+                   "interrupted one continues, the others start. Give the same folder to both, --save DIR --resume "
+                   "DIR: from the first run on, the same command picks up where it stopped")
     t.add_argument("--torch", action="store_true", help="chars: add the PyTorch rung (the same model in PyTorch, "
                                                         "BF16 autocast) as a loss and speed peer, if installed")
     t.add_argument("--eval-every", type=int, help="chars: steps between validation losses (default 50; 3 simulated)")
@@ -308,9 +389,12 @@ def _main(argv: list[str]) -> int:
                    help="Numba-CUDA kernels, the same arithmetic in NumPy, or (chars, float32 and bfloat16 recipes) "
                         "the same model in PyTorch (default: %(default)s)")
     t.add_argument("--no-baseline", action="store_true", help="skip the baseline runs")
-    t.add_argument("--plot", default=os.path.join("runs", "train_loss.png"), help="where to write the plot")
+    t.add_argument("--plot", default=os.path.join("runs", "train_loss.png"),
+                   help="where to write the plot (a file there is replaced, and the output says so; default: "
+                        "%(default)s)")
     t.add_argument("--no-plot", action="store_true")
-    t.add_argument("--json", help="also write the histories as JSON")
+    t.add_argument("--json", help="also write the histories as JSON (a file there is replaced, and the output "
+                                  "says so)")
     t.add_argument("--no-progress", action="store_true")
 
     gen = sub.add_parser("generate", help="sample text from a language model saved by train --task chars --save DIR")
@@ -319,7 +403,7 @@ def _main(argv: list[str]) -> int:
     gen.add_argument("--prompt", default="ROMEO:\n", help="the text to continue (default: %(default)r)")
     gen.add_argument("--chars", type=int, default=300, help="characters to sample (default: %(default)s)")
     gen.add_argument("--temperature", type=float, default=0.8, help="softmax temperature (default: %(default)s)")
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--seed", type=int, default=0, help="fixes the sample (default: %(default)s)")
 
     b = sub.add_parser("bench", help="check every kernel version against its reference, then time it",
                        description="Check every version of a kernel module against its reference, then time it "
@@ -372,8 +456,16 @@ def _main(argv: list[str]) -> int:
     if choice is None and args.backend is not None:
         _backend.preflight(args.backend)
     _apply_backend(args.backend)
+    args.argv = argv  # train: the command that resumes an interrupted run
     import fp8lab
 
+    if args.cmd in ("train", "generate"):  # a warning is one line, in the command's words
+        import warnings
+
+        def show(message, category, *_, **__):
+            print(f"fp8lab {args.cmd}: warning: {message}", file=sys.stderr)
+
+        warnings.showwarning = show
     try:
         if args.cmd == "info":
             fp8lab.info(show=True)

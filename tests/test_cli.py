@@ -63,6 +63,20 @@ def test_backend_flag_is_applied_before_the_backend_is_chosen():
     (["train", "--noise", "inf", "--steps", "2", "--no-plot"], {}, ["noise must be", "inf"]),
     (["train", "--batch", "0", "--steps", "2", "--no-plot"], {}, ["batch must be", "0"]),
     (["train", "--d-in", "-3", "--steps", "2", "--no-plot"], {}, ["d_in must be", "-3"]),
+    # the folders and the memory, before the first step (issue 27)
+    (["train", "--task", "chars", "--save", str(ROOT / "README.md"), "--no-plot"], {},
+     [f"--save {ROOT / 'README.md'}: {ROOT / 'README.md'} is a file, not a folder"]),
+    (["train", "--task", "chars", "--save", str(ROOT / "README.md" / "runs"), "--no-plot"], {},
+     [f"--save {ROOT / 'README.md' / 'runs'}: {ROOT / 'README.md'} is a file, not a folder"]),
+    (["train", "--task", "chars", "--save", "/proc/fp8lab-runs", "--no-plot"], {},
+     ["--save /proc/fp8lab-runs: cannot create /proc/fp8lab-runs ("]),
+    (["train", "--save", "runs", "--no-plot"], {}, ["--save: only for --task chars, got --task teacher"]),
+    (["train", "--task", "chars", "--resume", str(ROOT / "docs"), "--no-plot"], {},
+     [f"--resume {ROOT / 'docs'} holds no checkpoint of fp32, bf16, fp8-tensor"]),
+    (["train", "--task", "chars", "--engine", "reference", "--batch", "1000000000", "--no-plot"], {},
+     ["--batch 1000000000: this run needs about", "TB of host memory", "is free: lower --batch"]),
+    (["generate", "--from", "nowhere", "--seed", "-1"], {}, ["--seed must be a non-negative int, got -1"]),
+    (["generate", "--from", str(ROOT / "docs")], {}, [f"--from {ROOT / 'docs'} holds no checkpoint.npz"]),
 ])
 def test_bad_command_lines_give_one_clear_line(args, env, words):
     one_line_error(fp8lab_cli(*args, **env), *words)

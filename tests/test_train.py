@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -416,3 +417,153 @@ def test_step_breakdown_names_every_op(chars_runs, monkeypatch):
     assert set(h.breakdown) == want, set(h.breakdown) ^ want
     assert list(h.breakdown.values()) == sorted(h.breakdown.values(), reverse=True)
     assert h.breakdown["GEMM Fprop"] == 2 * SMALL["blocks"] and h.breakdown["AdamW"] == 1  # 1 ms per mark
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Runs a user can trust (issue 27): a comparison finished by one command, Ctrl-C, the loss plot, generate
+# ---------------------------------------------------------------------------------------------------------------
+
+CLI_CHARS = ["--task", "chars", "--engine", "reference", "--batch", "8", "--context", "2", "--embed", "16", "--hidden",
+             "16", "--blocks", "1", "--eval-every", "1", "--no-plot", "--no-progress"]
+REF1 = dict(SMALL, engine="reference", progress=False, eval_every=1)
+
+
+def _table(stdout: str) -> list:
+    """The rows of the language model's table: recipe, moments, losses, step time."""
+    import re
+
+    return [line for line in stdout.splitlines() if re.match(r"(fp32|bf16|fp8-\S+) +(fp32|bf16) ", line)]
+
+
+def test_cli_resume_finishes_an_interrupted_comparison(tmp_path):
+    """The README's comparison stopped during bf16 (fp32 finished, bf16 at step 2 of 3): `--save lm --resume lm`
+    reads fp32's row from its checkpoint, continues bf16 and starts fp8-deepseek; every row equals an uninterrupted
+    comparison's. Without --resume it is refused before anything trains, in command-line words."""
+    whole = {r: fp8lab.train(r, steps=3, **REF1) for r in ("fp32", "bf16", "fp8-deepseek")}
+    fp8lab.train("fp32", steps=3, save=tmp_path / "lm" / "fp32", **REF1)
+    fp8lab.train("bf16", steps=2, save=tmp_path / "lm" / "bf16", **REF1)
+    args = ["train", *CLI_CHARS, "--recipe", "fp8-deepseek", "--save", "lm"]
+    r = _cli(*args, "--steps", "3", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip() == ("fp8lab train: error: --save lm: lm/fp32 already holds a "
+                                                      "checkpoint; add --resume lm to continue that comparison "
+                                                      "(finished recipes are kept), or choose another folder")
+    assert not (tmp_path / "lm" / "fp8-deepseek").exists()
+    r = _cli(*args, "--steps", "3", "--resume", "lm", "--json", "h.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "fp32: already trained to step 3 in lm/fp32 (its row is read from there)" in r.stdout
+    hs = json.loads((tmp_path / "h.json").read_text())
+    assert [h["recipe"] for h in hs] == ["fp32", "bf16", "fp8-deepseek"]
+    for h in hs:
+        w = whole[h["recipe"]]
+        assert (h["loss"], h["val_loss"], h["eval_loss"], h["ema_loss"]) == (w.loss, w.val_loss, w.eval_loss,
+                                                                             w.ema_loss), h["recipe"]
+    again = _cli(*args, "--steps", "3", "--resume", "lm", cwd=tmp_path)  # all finished: nothing trains
+    assert again.returncode == 0 and again.stdout.count("already trained to step 3") == 3, again.stderr
+    assert _table(again.stdout) == _table(r.stdout) and len(_table(r.stdout)) == 3
+    fewer = _cli(*args, "--steps", "2", "--resume", "lm", cwd=tmp_path)
+    assert fewer.returncode == 2 and fewer.stderr.strip().endswith(
+        "--steps 2: lm/fp32 has done 3 steps already (give --steps 3 or more)")
+    for bad in (r, fewer):
+        assert "PosixPath" not in bad.stderr and "resume='" not in bad.stderr
+
+
+def test_cli_baselines_after_a_no_baseline_run(tmp_path):
+    """--no-baseline first, the baselines after: the finished recipe's folder used to stop the run after both
+    baselines had trained; now it is named before, and --resume keeps the finished recipe."""
+    args = ["train", *CLI_CHARS, "--recipe", "fp8-deepseek", "--steps", "3", "--save", "nb"]
+    first = _cli(*args, "--no-baseline", "--resume", "nb", cwd=tmp_path)  # --save DIR --resume DIR from the start
+    assert first.returncode == 0 and len(_table(first.stdout)) == 1, first.stderr
+    r = _cli(*args, cwd=tmp_path)
+    assert r.returncode == 2 and "--save nb: nb/fp8-deepseek already holds a checkpoint; add --resume nb" in r.stderr
+    assert sorted(p.name for p in (tmp_path / "nb").iterdir()) == ["fp8-deepseek"]  # nothing trained
+    r = _cli(*args, "--resume", "nb", cwd=tmp_path)
+    assert r.returncode == 0 and "fp8-deepseek: already trained to step 3" in r.stdout, r.stderr
+    assert len(_table(r.stdout)) == 3 and sorted(p.name for p in (tmp_path / "nb").iterdir()) == [
+        "bf16", "fp32", "fp8-deepseek"]
+    one = _cli("train", *CLI_CHARS, "--recipe", "fp8-deepseek", "--steps", "3", "--resume", "nb/fp32", cwd=tmp_path)
+    assert one.returncode == 2 and one.stderr.strip().endswith(
+        "--resume nb/fp32 is one recipe's folder (it holds checkpoint.npz): give the folder above it, --resume nb")
+    other = _cli(*args, "--resume", "nb", "--batch", "4", cwd=tmp_path)
+    assert other.returncode == 2 and other.stderr.strip().endswith(
+        "--resume nb: nb/fp32 holds a run of another configuration (--batch: checkpoint 8, this run 4)")
+
+
+def test_cli_ctrl_c_names_the_last_checkpoint_and_the_command_that_resumes_it(tmp_path):
+    import shlex
+    import signal
+    import time
+
+    from fp8lab.training import checkpoint
+
+    args = ["train", *CLI_CHARS, "--recipe", "fp32", "--no-baseline", "--steps", "100000", "--save", "runs/lm"]
+    proc = subprocess.Popen([sys.executable, "-m", "fp8lab.cli", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "MPLBACKEND": "Agg"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # Python's own handler
+    ckpt = tmp_path / "runs" / "lm" / "fp32" / "checkpoint.npz"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not ckpt.exists():
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    step = checkpoint.read(ckpt)[1]["step"]
+    cmd = "fp8lab " + shlex.join(args + ["--resume", "runs/lm"])
+    where = ckpt.relative_to(tmp_path)
+    assert err.splitlines() == [f"fp8lab train: interrupted during fp32; its last checkpoint is {where} (step {step} "
+                                f"of 100000): {cmd}"], err
+    # the command printed continues the run (here to one step more) as if it had not been interrupted
+    argv = shlex.split(cmd)[1:]
+    argv[argv.index("100000")] = str(step + 1)
+    r = _cli(*argv, "--json", "r.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    whole = fp8lab.train("fp32", steps=step + 1, **REF1)
+    assert json.loads((tmp_path / "r.json").read_text())[0]["loss"] == whole.loss
+
+
+def test_ctrl_c_without_a_checkpoint_says_nothing_was_saved():
+    import argparse
+
+    from fp8lab import cli
+    from fp8lab.training import loop, preflight
+
+    prepared = {"fp32": loop.prepare("fp32", **REF1)}
+    part = preflight.Part("fp32", "train")
+    chars = argparse.Namespace(task="chars", save=None, argv=["train"])
+    assert cli._interrupted(chars, part, prepared) == ("fp8lab train: interrupted during fp32; nothing was saved (with "
+                                                       "--save DIR, --resume DIR continues a run)")
+    teacher_run = argparse.Namespace(task="teacher", save=None, argv=["train"])
+    assert cli._interrupted(teacher_run, part, prepared).endswith("nothing was saved (the teacher task keeps no "
+                                                                  "checkpoints)")
+    early = argparse.Namespace(task="chars", save="runs", argv=["train", "--task", "chars", "--save", "runs"])
+    assert cli._interrupted(early, preflight.Part("fp32", "train", Path("runs/fp32")), prepared) == (
+        "fp8lab train: interrupted during fp32, before its first checkpoint (one every 1 steps); the recipes finished "
+        "are kept: fp8lab train --task chars --save runs --resume runs")
+
+
+def test_cli_says_when_it_replaces_the_loss_plot(tmp_path):
+    """runs/train_loss.png used to be overwritten silently: it is replaced, and the output says so."""
+    args = ["train", "--engine", "reference", "--no-baseline", "--recipe", "fp32", "--steps", "2", "--no-progress"]
+    first = _cli(*args, cwd=tmp_path)
+    assert first.returncode == 0 and first.stdout.rstrip().endswith("wrote runs/train_loss.png"), first.stderr
+    second = _cli(*args, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.rstrip().endswith("wrote runs/train_loss.png (replacing the file that was there)")
+
+
+def test_generate_lists_the_recipe_folders_and_warns_when_the_model_is_barely_trained(tmp_path):
+    for r in ("fp32", "fp8-deepseek"):
+        fp8lab.train(r, steps=2, save=tmp_path / "lm" / r, **REF1)
+    r = _cli("generate", "--from", "lm", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip() == ("fp8lab generate: error: --from lm holds no checkpoint.npz, but "
+                                                      "the runs of fp32, fp8-deepseek: give --from lm/fp8-deepseek")
+    r = _cli("generate", "--from", "lm/fp8-deepseek", "--chars", "20", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("ROMEO:"), r.stderr
+    (warning,) = r.stderr.strip().splitlines()
+    assert warning.startswith("fp8lab generate: warning: lm/fp8-deepseek is barely trained (2 steps; validation ")
+    assert "no better than letter frequencies alone" in warning and warning.endswith("train longer (--steps)")
+    fp8lab.train("fp32", steps=100, save=tmp_path / "trained", **{**REF1, "batch": 64, "eval_every": 100, "lr": 1e-2})
+    r = _cli("generate", "--from", "trained", "--chars", "20", cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    r = _cli("generate", "--from", "trained", "--seed", "-1", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip() == "fp8lab generate: error: --seed must be a non-negative int, got -1"

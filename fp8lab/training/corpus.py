@@ -98,6 +98,16 @@ class Corpus:
 
 
 @functools.lru_cache(maxsize=1)
+def unigram_entropy() -> float:
+    """The entropy of the training split's character frequencies, in nats per character: the loss of a model that
+    knows how often each character occurs and nothing of the context (text sampled from it looks like noise)."""
+    c = load()
+    p = np.bincount(c.train, minlength=c.vocab_size) / len(c.train)
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+@functools.lru_cache(maxsize=1)
 def load() -> Corpus:
     """Tiny Shakespeare, split 90 / 10 (cached)."""
     t = text()

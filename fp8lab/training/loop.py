@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import numbers
+import pathlib
 import time
 
 import numpy as np
@@ -27,7 +28,7 @@ from .. import _validate as V
 from ..device import runtime
 from ..kernels import optim
 from ..numerics import recipes
-from . import checkpoint, corpus, engine_kernels, engine_reference, model, teacher
+from . import checkpoint, corpus, engine_kernels, engine_reference, model, preflight, teacher
 
 RECIPES = recipes.RECIPES
 TASKS = ("teacher", "chars")
@@ -37,6 +38,13 @@ OPTIMIZERS = ("adam", "sgd", "adamw")
 # loss is the initial weights'); under the simulator's defaults Adam at lr 10 peaks near 40x and recovers, while
 # lr 100 reaches 4000x and lr 1e10 1e19x (the RMSNorm gain explodes).
 DIVERGENCE_FACTOR = 1000.0
+# task "chars": a validation loss this many times the lower of the first step's loss (the untrained model's, about
+# ln 65 nats) and the first validation loss counts as diverged: the model is confidently wrong on held-out text, as
+# when lr times the model's width is so large that one step moves the logits by tens (the training loss of the
+# same steps can stay under DIVERGENCE_FACTOR)
+VAL_DIVERGENCE_FACTOR = 10.0
+# the width (context x embed) past which a divergence message names it too: this many times the backend's default
+WIDE = 8
 
 # Each task's defaults: tiny under the simulator (every thread a Python thread), realistic on a GPU
 SIZES = {
@@ -61,13 +69,17 @@ def sizes(task: str) -> dict:
 
 
 class TrainingDiverged(FloatingPointError):
-    """The loss became NaN or Inf, or more than DIVERGENCE_FACTOR times the first step's.
+    """The loss became NaN or Inf, or more than DIVERGENCE_FACTOR times the first step's; or (task "chars") the
+    validation loss became NaN or Inf, or more than VAL_DIVERGENCE_FACTOR times the lower of the first step's loss
+    and the first validation loss.
 
-    `history` holds the run up to the step before (its losses, the arguments)."""
+    `history` holds the run up to the step before (its losses, the arguments); `command_line` is the message in the
+    command line's words (--lr rather than lr=)."""
 
-    def __init__(self, message: str, history=None):
+    def __init__(self, message: str, history=None, command_line: str | None = None):
         super().__init__(message)
         self.history = history
+        self.command_line = message if command_line is None else command_line
 
 
 @dataclasses.dataclass
@@ -173,11 +185,75 @@ def train(
     Sizes, steps, lr and ema_decay default to the backend's (sizes("teacher")): on a GPU the original
     program's batch 64, input 512, output 256, lr 1e-3 (600 steps); under the simulator batch 8, 32 -> 16,
     lr 5e-2, 20 steps, so a run takes about half a minute. Raises TrainingDiverged naming the
-    step if the loss becomes NaN or Inf or exceeds DIVERGENCE_FACTOR (1000) times the first step's loss.
+    step if the loss becomes NaN or Inf or exceeds DIVERGENCE_FACTOR (1000) times the first step's loss, or (chars)
+    the validation loss becomes NaN or Inf or exceeds VAL_DIVERGENCE_FACTOR (10) times the first step's loss or the
+    first validation loss, whichever is lower.
+
+    Checked before the first step (ValueError or TypeError naming the argument): every argument; the folders
+    (save: a folder this process can write in, holding no other run's checkpoint; resume: a checkpoint of this
+    configuration, whole and unchanged since it was written, see fp8lab.training.checkpoint); the memory the run
+    needs against what the host (and the GPU, for the kernels) has free (fp8lab.training.preflight; a
+    preflight.LargeRunWarning above a few GB).
 
     seed: an int >= 0. lr, noise: positive finite numbers; ema_decay: a real number in [0, 1) (Python or NumPy
     numbers alike); progress: a bool.
     """
+    s = prepare(**locals())
+    preflight.check_memory(s)
+    return s.run()
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """fl.train's arguments checked, with the backend's defaults filled in (`prepare` makes one); `run()` trains.
+    The fields of the other task are None; `defaults` are the backend's (sizes(task))."""
+
+    recipe: recipes.Recipe
+    task: str
+    engine: str
+    steps: int
+    seed: int
+    batch: int
+    lr: float
+    ema_decay: float
+    progress: bool
+    optimizer: str
+    defaults: dict
+    d_in: int | None = None
+    d_out: int | None = None
+    noise: float | None = None
+    cfg: model.Config | None = None
+    moments: str | None = None
+    eval_every: int | None = None
+    eval_batches: int | None = None
+    save: pathlib.Path | None = None
+    resume: pathlib.Path | None = None
+
+    def identity(self) -> dict:
+        """task "chars": what a checkpoint of this run records as its configuration, and a resumed run must match."""
+        return dict(recipe=self.recipe.name, engine=self.engine, model=dict(dataclasses.asdict(self.cfg),
+                    moments=self.moments), batch=self.batch, seed=self.seed, lr=self.lr, ema_decay=self.ema_decay,
+                    eval_every=self.eval_every, eval_batches=self.eval_batches)
+
+    def run(self) -> History:
+        """Train (see fl.train) and return the History."""
+        if self.task == "chars":
+            if self.engine == "torch":
+                return _train_torch(self)
+            return _train_chars(self)
+        return teacher.run(self.recipe, self.steps, self.seed, self.batch, self.d_in, self.d_out, self.lr,
+                           self.optimizer, self.noise, self.ema_decay, self.engine, self.progress,
+                           History(self.recipe.name, self.engine, runtime.backend, self.batch, self.d_in, self.d_out,
+                                   self.steps, self.seed, self.lr, self.optimizer, self.noise),
+                           TrainingDiverged, DIVERGENCE_FACTOR)
+
+
+def prepare(recipe="fp8-tensor", steps=None, seed=0, *, task="teacher", batch=None, d_in=None, d_out=None, lr=None,
+            optimizer=None, noise=0.5, ema_decay=None, engine="kernels", progress=True, context=None, embed=None,
+            hidden=None, blocks=None, moments=None, eval_every=None, save=None, resume=None, outliers=None,
+            eval_batches=None) -> Settings:
+    """fl.train's checks of its arguments and folders, without training (fl.train's arguments; the memory is
+    checked by fp8lab.training.preflight.check_memory): the Settings whose run() trains."""
     recipe = recipes.get(recipe)
     V.choice("task", task, TASKS)
     V.choice("engine", engine, ENGINES)
@@ -221,6 +297,8 @@ def train(
     if (optimizer == "adamw") != (task == "chars"):
         raise ValueError(f"optimizer must be {'adamw' if task == 'chars' else 'adam or sgd'} for task={task!r}, got "
                          f"{optimizer!r}")
+    common = dict(recipe=recipe, task=task, engine=engine, steps=steps, seed=seed, batch=batch, lr=lr,
+                  ema_decay=ema_decay, progress=progress, optimizer=optimizer, defaults=defaults)
     if task == "chars":
         cfg = model.Config(corpus.load().vocab_size,
                            *(V.positive_int(n, defaults[n] if v is None else v) for n, v in
@@ -229,27 +307,35 @@ def train(
         moments = recipe.moments if moments is None else moments
         V.choice("moments", moments, recipes.MOMENTS)
         eval_every = V.positive_int("eval_every", defaults["eval_every"] if eval_every is None else eval_every)
+        eval_batches = V.positive_int("eval_batches", defaults["eval_batches"] if eval_batches is None else
+                                      eval_batches)
+        s = Settings(**common, cfg=cfg, moments=moments, eval_every=eval_every, eval_batches=eval_batches)
         if save is not None:
             save = checkpoint.check_save_dir("save", save, same_as=resume)
         if resume is not None:
             resume = checkpoint.check_resume_dir("resume", resume)
-        eval_batches = V.positive_int("eval_batches", defaults["eval_batches"] if eval_batches is None else
-                                      eval_batches)
-        if engine == "torch":
-            return _train_torch(recipe, cfg, steps, seed, batch, lr, moments, eval_every, eval_batches)
         if engine == "kernels":  # warns once if the simulator would take minutes
             runtime.sim_check("fl.train", (batch, cfg.width, 2 * cfg.hidden), SIM_COST, steps=steps)
-        return _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
-                            eval_batches, save, resume)
+        return dataclasses.replace(s, save=save, resume=resume)
     d_in = V.positive_int("d_in", defaults["d_in"] if d_in is None else d_in)
     d_out = V.positive_int("d_out", defaults["d_out"] if d_out is None else d_out)
     noise = V.positive_float("noise", noise)
-
     if engine == "kernels":  # warns once if the simulator would take minutes
         runtime.sim_check("fl.train", (batch, d_in, d_out), SIM_COST, steps=steps)
-    return teacher.run(recipe, steps, seed, batch, d_in, d_out, lr, optimizer, noise, ema_decay, engine, progress,
-                       History(recipe.name, engine, runtime.backend, batch, d_in, d_out, steps, seed, lr, optimizer,
-                               noise), TrainingDiverged, DIVERGENCE_FACTOR)
+    return Settings(**common, d_in=d_in, d_out=d_out, noise=noise)
+
+
+def finished(s: Settings, meta: dict) -> History:
+    """The History of a task "chars" run whose verified checkpoint (its metadata `meta`, fp8lab.training.checkpoint)
+    has reached s.steps: what train would have returned, without training again (its EMA loss is NaN if the
+    checkpoint is not the end of a run of s.steps)."""
+    hist = History(s.recipe.name, s.engine, runtime.backend, s.batch, 0, 0, s.steps, s.seed, s.lr, "adamw", 0.0,
+                   task="chars", model=dict(dataclasses.asdict(s.cfg), moments=s.moments))
+    hist.loss, hist.val_loss, hist.step_seconds = meta["loss"], meta["val_loss"], meta["step_seconds"]
+    hist.eval_loss = hist.val_loss[-1][1]
+    hist.ema_loss = float(meta.get("ema_loss", float("nan")))
+    hist.seconds = float(sum(hist.step_seconds))
+    return hist
 
 
 def _first_nonfinite(named) -> str | None:
@@ -303,11 +389,13 @@ PROFILE_SKIP = 2
 """task="chars" on the kernels: the steps after these are profiled by op (History.breakdown)."""
 
 
-def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every,
-                 eval_batches, save=None, resume=None) -> History:
+def _train_chars(s: Settings) -> History:
     """task="chars" (see train): AdamW on fp8lab.training.model's model, validation loss on fixed windows; a
-    checkpoint in `save` at every validation (fp8lab.training.checkpoint), or the run continued from the one in
-    `resume`."""
+    checkpoint in `s.save` at every validation (fp8lab.training.checkpoint), or the run continued from the one in
+    `s.resume`."""
+    recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progress, moments, eval_every, eval_batches, save, \
+        resume = (s.recipe, s.cfg, s.steps, s.seed, s.batch, s.lr, s.ema_decay, s.engine, s.progress, s.moments,
+                  s.eval_every, s.eval_batches, s.save, s.resume)
     c = corpus.load()
     params = model.init_params(cfg, seed)
     if engine == "kernels":
@@ -401,8 +489,7 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
     hist = History(recipe.name, engine, runtime.backend, batch, 0, 0, steps, seed, lr, "adamw", 0.0,
                    task="chars", model=dict(dataclasses.asdict(cfg), moments=moments))
 
-    run = dict(recipe=recipe.name, engine=engine, model=hist.model, batch=batch, seed=seed, lr=lr, ema_decay=ema_decay,
-               eval_every=eval_every, eval_batches=eval_batches)
+    run = s.identity()
     first = 1
     if resume is not None:
         st, meta = checkpoint.load(resume, run)
@@ -411,13 +498,27 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
         hist.loss, hist.val_loss, hist.step_seconds = meta["loss"], meta["val_loss"], meta["step_seconds"]
         first = meta["step"] + 1
         if first > steps:
-            raise ValueError(f"steps must be more than the {meta['step']} steps the checkpoint in resume={resume!r} "
-                             f"has done, got {steps}")
+            raise ValueError(f"steps must be more than the {meta['step']} steps the checkpoint in "
+                             f"resume={str(resume)!r} has done, got {steps}")
 
     def save_now(i):
         meta = dict(run, step=i, rng=stream.bit_generator.state, loss=hist.loss, val_loss=hist.val_loss,
                     step_seconds=hist.step_seconds)
+        if i == steps:  # the end of the run: its row can be printed from the checkpoint alone (cli: --resume)
+            meta["ema_loss"] = hist.ema_loss
         checkpoint.save(save, get_state(), meta)
+
+    def diverged(what, value, i, where="", ref=None):
+        wide = cfg.width > WIDE * s.defaults["context"] * s.defaults["embed"]
+        more = "" if ref is None else (f", more than {VAL_DIVERGENCE_FACTOR:g} times the first "
+                                       f"{'step' if ref == hist.loss[0] else 'validation'}'s {ref:.4g}")
+        api = (f"{what} became {value:.4g} at step {i} of {steps} (recipe={recipe.name!r}, task='chars', lr={lr})"
+               f"{more}{where}: lower the learning rate"
+               + (f", or the width (context x embed = {cfg.width})" if wide else ""))
+        cli = (f"{what} became {value:.4g} at step {i} of {steps} ({recipe.name}){more}{where}: lower --lr "
+               f"(now {lr:g})" + (f", or --context / --embed (width {cfg.width})" if wide else ""))
+        bar.close()
+        return TrainingDiverged(api, hist, cli)
 
     from tqdm.auto import tqdm  # a widget in Jupyter, text in a terminal
 
@@ -432,32 +533,38 @@ def _train_chars(recipe, cfg, steps, seed, batch, lr, ema_decay, engine, progres
         with V.no_float_warnings():
             value, grads_of = step(ids, tgt)
         if not np.isfinite(value) or (hist.loss and value > DIVERGENCE_FACTOR * hist.loss[0]):
-            bar.close()
             bad_w, bad_g = _first_nonfinite(weights()), _first_nonfinite(grads_of())
             where = (f"; parameter {bad_w!r} is not finite" if bad_w else
                      f"; the first non-finite gradient is {bad_g!r}" if bad_g else "")
-            raise TrainingDiverged(f"loss became {value:.4g} at step {i} of {steps} (recipe={recipe.name!r}, "
-                                   f"task='chars', lr={lr}){where}: lower the learning rate", hist)
+            raise diverged("loss", value, i, where)
         update()
         hist.loss.append(value)
         push_ema()
         hist.step_seconds.append(time.perf_counter() - t0)  # the loss was read back: the step's kernels are done
         if i % eval_every == 0 or i == steps:
-            hist.val_loss.append([i, float(evaluate())])
+            v = float(evaluate())
+            ref = min(hist.loss[0], hist.val_loss[0][1]) if hist.val_loss else hist.loss[0]
+            if not np.isfinite(v) or v > VAL_DIVERGENCE_FACTOR * ref:  # before the checkpoint: it keeps the last good
+                raise diverged("validation loss", v, i, ref=ref)
+            hist.val_loss.append([i, v])
             bar.set_postfix(loss=f"{value:.3f}", val_bpc=f"{corpus.bits_per_char(hist.val_loss[-1][1]):.3f}")
+            if i == steps:
+                hist.ema_loss = float(evaluate_ema())
             if save is not None:
                 save_now(i)
     hist.seconds = time.perf_counter() - start
     if engine == "kernels":
         hist.breakdown = net.prof.ms_per_step()
     hist.eval_loss = hist.val_loss[-1][1]
-    hist.ema_loss = float(evaluate_ema())
     return hist
 
 
-def _train_torch(recipe, cfg, steps, seed, batch, lr, moments, eval_every, eval_batches) -> History:
+def _train_torch(s: Settings) -> History:
     """task="chars", engine="torch" (see train): the same model, weights and batches in PyTorch (engine_torch)."""
     from . import engine_torch
+
+    recipe, cfg, steps, seed, batch, lr, moments = s.recipe, s.cfg, s.steps, s.seed, s.batch, s.lr, s.moments
+    eval_batches = s.eval_batches
 
     hist = History(recipe.name, "torch", runtime.backend, batch, 0, 0, steps, seed, lr, "adamw", 0.0, task="chars",
                    model=dict(dataclasses.asdict(cfg), moments=moments))
