@@ -6,7 +6,7 @@ Tiers (Makefile targets; `make test` is what CI runs):
 - `make test-fuzz`: the whole suite on fresh seeds (FP8LAB_TEST_SEED=fresh): new inputs every run, to find the rare
   draw that breaks a test. A failure's report ends with the line that replays it (FP8LAB_TEST_SEED=<n> ...).
 - `make test-fast`: for development: neither the items marked `slow` (the heavy training runs, worksheet
-  grading, the tensor-core simulations) nor the notebooks; fixed seeds.
+  grading, the tensor-core simulations, the browser test) nor the notebooks; fixed seeds.
 - `make test-gpu`: tests marked `gpu` (realistic sizes, need a CUDA device); every kernel test also runs unmarked
   on small shapes, so CI (simulator) exercises every kernel.
 
@@ -129,15 +129,15 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
-    if getattr(config.option, "dist", "no") == "loadscope":
+    if hasattr(config, "workerinput"):  # an xdist worker: what it collects is the order the tests are handed out
         _heaviest_first(items)
 
 
 def _heaviest_first(items):
     """Order the files (xdist's loadscope units) heaviest first: those with `slow` items (most first), then the
-    notebooks, then the rest by number of items; a file's own order is kept. The Makefile's --no-loadscope-reorder
-    hands them out in this order, so that no heavy file starts last and runs alone at the end (xdist's own order,
-    by number of items, puts the heavy files with few items last)."""
+    notebooks, then the rest by number of items; a file's own order is kept. With --no-loadscope-reorder (the
+    Makefile's) xdist hands them out in this order, so that no heavy file starts last and runs alone at the end
+    (xdist's own order, by number of items, puts the heavy files with few items last)."""
     scopes: dict[str, list] = {}
     for item in items:
         scopes.setdefault(item.nodeid.rsplit("::", 1)[0], []).append(item)
