@@ -61,8 +61,13 @@ def entropy(name: str) -> list[int]:
     return [RUN_SEED, zlib.crc32(name.encode())]
 
 
-def _replay(nodeid: str) -> str:
-    return f"{SEED_ENV}={RUN_SEED} python -m pytest '{nodeid}'"
+def _replay(item) -> str:
+    if isinstance(item, pytest.Function):
+        return f"{SEED_ENV}={RUN_SEED} python -m pytest '{item.nodeid}'"
+    # a notebook's cell: the whole notebook (the cell's kernel state comes from the cells before it), with this file
+    # (which seeds the notebook's kernel) named too: a run of notebooks/ alone would not read it
+    return (f"{SEED_ENV}={RUN_SEED} python -m pytest --nbval-lax --nbval-current-env tests/conftest.py "
+            f"'{item.parent.nodeid}'")
 
 
 @contextlib.contextmanager
@@ -149,18 +154,22 @@ def _heaviest_first(items):
     items[:] = [item for scope in sorted(scopes, key=weight) for item in scopes[scope]]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    # a notebook's cells share one kernel, started with its first cell: its draws come from the notebook's seed
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    # a notebook's cell (nbval). notebooks/ lies outside this file's folder, so its cells reach only the hooks that
+    # every item goes through, like this one. The cells share one kernel, started with the first: the kernel's
+    # draws come from the notebook's seed.
     if not isinstance(item, pytest.Function) and item.parent is not None:
         os.environ[_seeding.DRAWS_ENV] = ",".join(map(str, entropy(item.parent.nodeid) + [1]))
+        item.add_report_section("call", "seed", f"inputs drawn with {SEED_ENV}={RUN_SEED}; replay: {_replay(item)}")
+    yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
     if report.failed:
-        report.sections.append(("seed", f"inputs drawn with {SEED_ENV}={RUN_SEED}; replay: {_replay(item.nodeid)}"))
+        report.sections.append(("seed", f"inputs drawn with {SEED_ENV}={RUN_SEED}; replay: {_replay(item)}"))
 
 
 @pytest.fixture(scope="module", autouse=True)
