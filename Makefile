@@ -6,13 +6,17 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 # Tests that need no GPU run everywhere (on the simulator without one); `make test-gpu` runs the rest.
+# Tiers (tests/conftest.py says more): `make test` (CI) is the whole suite, notebooks included, on fixed seeds;
+# `make test-fuzz` the same on fresh seeds (a failure prints FP8LAB_TEST_SEED=<n>, which replays it); `make test-fast`
+# (development) leaves out the notebooks and the tests marked `slow` (the browser test among them).
 # `make test` spreads test files and notebooks over one process per CPU core, at most 4 (pytest-xdist; loadscope
-# keeps a file's tests, and a notebook's cells, in one process): WORKERS=0 runs them in this process.
+# keeps a file's tests, and a notebook's cells, in one process; the heaviest files go first: tests/conftest.py):
+# WORKERS=0 runs them in this process.
 PYTEST_ARGS ?=
 WORKERS ?= auto
-XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --maxprocesses 4 --dist loadscope)
+XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --maxprocesses 4 --dist loadscope --no-loadscope-reorder)
 
-.PHONY: lab test test-gpu train bench clean site executed
+.PHONY: lab test test-fuzz test-fast test-gpu train bench clean site executed
 
 $(VENV)/.installed-%: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,8 +35,16 @@ LAB_CMD = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/jupyter lab $(JUPYTER_
 lab: $(VENV)/.installed-lab
 	$(LAB_CMD)
 
+SUITE = -m "not gpu" --nbval-lax --nbval-current-env -p no:cacheprovider $(XDIST) tests notebooks $(PYTEST_ARGS)
+
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -m "not gpu" --nbval-lax --nbval-current-env -p no:cacheprovider $(XDIST) tests notebooks $(PYTEST_ARGS)
+	$(PY) -m pytest $(SUITE)
+
+test-fuzz: $(VENV)/.installed-test
+	FP8LAB_TEST_SEED=fresh $(PY) -m pytest $(SUITE)
+
+test-fast: $(VENV)/.installed-test
+	$(PY) -m pytest -m "not gpu and not slow" -p no:cacheprovider $(XDIST) tests $(PYTEST_ARGS)
 
 test-gpu: $(VENV)/.installed-test
 	FP8LAB_BACKEND=gpu $(PY) -m pytest -m gpu -p no:cacheprovider tests $(PYTEST_ARGS)

@@ -5,6 +5,7 @@ test runs every kernel module's own checks."""
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import pathlib
 import re
@@ -57,6 +58,7 @@ def _resolve(mod: str, node: ast.ImportFrom) -> str:
     return ".".join(pkg + ([node.module] if node.module else []))
 
 
+@functools.cache  # parsed once per session: every test below reads the same modules
 def _imports(mod: str):
     """[(imported fp8lab module, names imported from it, alias map)] for every import in mod, function bodies too."""
     tree = ast.parse(MODS[mod].read_text())
@@ -79,6 +81,7 @@ def _imports(mod: str):
     return edges, tree
 
 
+@functools.cache
 def _graph():
     return {m: {t for t, _, _ in _imports(m)[0] if t != m} for m in MODS}
 
@@ -118,8 +121,8 @@ def test_lower_layers_never_import_higher_ones():
 
 
 def test_numpy_spec_modules_import_no_numba():
-    for m in {m for m, layer in LAYER.items() if layer == 0} - {"device.select"}:  # device.select re-reads numba's config when numba came before fp8lab
-        tree = ast.parse(MODS[m].read_text())
+    for m in {m for m, layer in LAYER.items() if layer == 0} - {"device.select"}:  # device.select re-reads numba's config
+        tree = _imports(m)[1]
         for node in ast.walk(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
@@ -156,10 +159,10 @@ def test_no_module_uses_another_modules_private_names():
 def test_numbers_live_in_one_place(value):
     """FP8 maxima and the amax floor are stated in formats.py / spec.py only; everything else refers to them."""
     found = []
-    for m, path in MODS.items():
+    for m in MODS:
         if m in ("numerics.formats", "numerics.spec"):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_imports(m)[1]):
             if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
                     and not isinstance(node.value, bool) and node.value == value:
                 found.append(f"{m}:{node.lineno}")

@@ -17,12 +17,11 @@ What is checked:
   encode/decode bit for bit;
 - bad arguments raise errors that name the argument.
 
-Random inputs are fresh each run. A failure prints the seed: rerun with FP8LAB_TEST_SEED=<seed> to reproduce.
+Random inputs come from the `rng` fixture (tests/conftest.py: fixed seeds, fresh ones under `make test-fuzz`).
 """
 
 from __future__ import annotations
 
-import os
 
 import ml_dtypes
 import numpy as np
@@ -36,11 +35,6 @@ from fp8lab.device.runtime import cuda
 
 FMTS = [E4M3, E5M2, E8M0]
 ML = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e8m0": ml_dtypes.float8_e8m0fnu}
-
-
-def fresh_rng() -> tuple[np.random.Generator, int]:
-    seed = int(os.environ.get("FP8LAB_TEST_SEED", np.random.SeedSequence().entropy))
-    return np.random.default_rng(seed), seed
 
 
 def ml_codes(x: np.ndarray, fmt, saturate: bool) -> np.ndarray:
@@ -274,17 +268,15 @@ def test_every_16bit_pattern(source, fmt, saturate):
 
 @pytest.mark.parametrize("saturate", [True, False], ids=["sat", "nosat"])
 @pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
-def test_random_float32(fmt, saturate):
-    rng, seed = fresh_rng()
+def test_random_float32(fmt, saturate, rng):
     x = random_float32(fmt, rng, 1_000_000)
-    what = f"float32 -> {fmt.name} saturate={saturate}, seed={seed}"
+    what = f"float32 -> {fmt.name} saturate={saturate}"
     got = formats.encode(x, fmt, saturate=saturate)
     assert_codes_equal(got, expected_codes(x, fmt, saturate, what), x, what)
 
 
 @pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
-def test_float64_rounds_directly(fmt):
-    rng, seed = fresh_rng()
+def test_float64_rounds_directly(fmt, rng):
     probes = probe_values(fmt, np.float64)
     # A hair (2^-40 relative) either side of each tie: float32 would round these onto the tie first.
     with np.errstate(over="ignore"):
@@ -292,7 +284,7 @@ def test_float64_rounds_directly(fmt):
     logu = np.exp2(rng.uniform(-140, 140, 200_000)) * rng.choice([-1.0, 1.0], 200_000)
     x = np.concatenate([probes, near, logu])
     for saturate in (True, False):
-        what = f"float64 -> {fmt.name} saturate={saturate}, seed={seed}"
+        what = f"float64 -> {fmt.name} saturate={saturate}"
         assert_codes_equal(formats.encode(x, fmt, saturate), expected_codes(x, fmt, saturate, what), x, what)
     # The check has teeth: going through float32 would change some codes.
     with np.errstate(over="ignore"):
@@ -334,17 +326,16 @@ def test_encode_shapes_and_dtypes():
 
 
 @pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
-def test_encode_in_chunks_equals_the_whole(fmt):
+def test_encode_in_chunks_equals_the_whole(fmt, rng):
     """encode works through large inputs in chunks (formats._CHUNK elements, 2^16): every element of a
     2^17 + 3 array (two full chunks and a partial one) is encoded, in place, exactly as its halves encoded
     separately and as the grid oracle says; the specials sit at the chunk edges."""
-    rng, seed = fresh_rng()
     n = 2**17 + 3
     assert formats._CHUNK < n // 2  # the halves are chunked too, at other offsets than the whole
     x = random_float32(fmt, rng, n)[:n]
     edges = [0, 2**16 - 1, 2**16, 2**16 + 1, 2**17 - 1, 2**17, n - 1, n // 2 - 1, n // 2]
     x[edges] = [np.nan, -np.inf, fmt.max_normal, -fmt.min_normal, 0.0, -0.0, np.inf, 1.0, -3.0]
-    what = f"{fmt.name}, {n} elements, seed={seed}"
+    what = f"{fmt.name}, {n} elements"
     for saturate in (True, False):
         whole = formats.encode(x, fmt, saturate)
         halves = np.concatenate([formats.encode(x[: n // 2], fmt, saturate),
@@ -441,28 +432,26 @@ def check_device_codec(x: np.ndarray, codes: np.ndarray, values: np.ndarray, wha
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_device_functions_match_numpy(dtype):
-    rng, seed = fresh_rng()
+def test_device_functions_match_numpy(dtype, rng):
     # Every E4M3 and E5M2 value and tie with its neighbours, the boundaries and specials (~3200 elements, both
     # signs), plus a few random values; shuffled so that each thread sees a mix.
     x = np.concatenate([probe_values(E4M3, dtype), probe_values(E5M2, dtype)])
     x = np.concatenate([x, (rng.standard_normal(100) * 100).astype(dtype)])
     x = x[rng.permutation(x.size)]
     codes, values = run_device_codec(x, blocks=4, threads=64)  # grid-stride: 256 threads, ~13 elements each
-    check_device_codec(x, codes, values, f"{dtype.__name__}, seed={seed}")
+    check_device_codec(x, codes, values, dtype.__name__)
 
 
 @pytest.mark.gpu
-def test_device_functions_exhaustive_gpu():
+def test_device_functions_exhaustive_gpu(rng):
     """Every float16 pattern and 1e7 random float32 through the device functions (real GPU only)."""
     if runtime.IS_SIM:
         pytest.skip("needs a CUDA GPU: 1e7 elements would take hours in the simulator")
-    rng, seed = fresh_rng()
     f16 = np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float32)
     rand = np.concatenate([random_float32(E4M3, rng, 5_000_000), random_float32(E5M2, rng, 5_000_000)])
     for name, x in [("float16 patterns", f16), ("random float32", rand)]:
         codes, values = run_device_codec(x, blocks=1024, threads=256)
-        check_device_codec(x, codes, values, f"{name}, seed={seed}")
+        check_device_codec(x, codes, values, name)
 
 
 def test_round_bf16_matches_ml_dtypes(rng):

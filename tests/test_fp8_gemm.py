@@ -99,6 +99,7 @@ def test_fp32_accumulation_v7(rng, grans, mnk):
 
 
 # version 4's twin pays a warp barrier per mma under the simulator (~20 s a block): two scale pairings there
+@pytest.mark.slow
 @pytest.mark.parametrize("grans", [GRANS[0], GRANS[2]] if runtime.IS_SIM else GRANS, ids=lambda g: f"{g[0]}x{g[1]}")
 @pytest.mark.parametrize("mnk", sizes((5, 9, 300), (2048, 2053, 2055)))
 def test_fp32_accumulation_v4(rng, grans, mnk):
@@ -154,6 +155,7 @@ def test_kernel_equals_accum_model_bit_for_bit(rng, version, promote):
     assert np.array_equal(got, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("K", [301, 264], ids=["bytes", "uint32"])
 def test_v3_several_blocks_and_both_load_paths(rng, K):
     # 130 x 136: 2 x 2 block tiles, partial ones at the edges; K % 4 != 0 reads codes byte by byte, K % 4 == 0
@@ -165,6 +167,7 @@ def test_v3_several_blocks_and_both_load_paths(rng, K):
     assert (err <= fg.error_bound(qa, qb)).all(), f"max error {err.max():.3g}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version,M,N,K", [
     (5, 130, 136, 272),  # 2 x 2 blocks, K a multiple of 16: cp.async with a partial last K-group
     (5, 130, 136, 301),  # rows not 16-byte aligned: byte loads

@@ -25,12 +25,9 @@ T = ov.TimedOp
 
 
 @pytest.fixture(scope="module")
-def sim_runs():
-    """Both experiments once at the backend's default sizes (tiny under the simulator); fresh inputs."""
-    seed = int(np.random.SeedSequence().entropy)
-    print(f"seed {seed}")
-    rng = np.random.default_rng(seed)
-    return ov.streams(repeat=2, rng=rng), ov.sm_budget(measure=False, rng=rng)
+def sim_runs(module_rng):
+    """Both experiments once at the backend's default sizes (tiny under the simulator)."""
+    return ov.streams(repeat=2, rng=module_rng), ov.sm_budget(measure=False, rng=module_rng)
 
 
 # ---------------------------------------------------------------------------------------------------------------

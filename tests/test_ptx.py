@@ -11,7 +11,7 @@ What is checked:
 - everywhere (simulator included): the same kernel source runs, the simulator's twins give the software codes,
   `find_instructions` works on a PTX sample, `ptx_of` returns PTX or None with a warning and never raises.
 
-Random inputs are fresh each run; a failure prints the seed (FP8LAB_TEST_SEED=<seed> reproduces).
+Random inputs come from the `rng` fixture (tests/conftest.py: fixed seeds, fresh ones under `make test-fuzz`).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 LECTURE = "notebooks/00_start_here.ipynb"  # the Makefile's LAB_FIRST: the page `make lab` opens
