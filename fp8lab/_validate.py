@@ -8,9 +8,23 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import os
+import sys
 import warnings
 
 import numpy as np
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The stacklevel for a warnings.warn called right after this: the first frame outside the fp8lab package (the
+    user's line), however many of fp8lab's functions lie in between."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def is_device_array(x) -> bool:

@@ -124,7 +124,7 @@ def _count_nonfinite(q: QuantizedTensor) -> QuantizedTensor:
     q.nonfinite_groups = int(np.count_nonzero(~np.isfinite(q.scale)))
     if q.nonfinite_groups:
         warnings.warn(f"x has NaN/Inf in {q.nonfinite_groups} of {q.scale.size} {q.granularity} group(s): their "
-                      "scales and codes are NaN", RuntimeWarning, stacklevel=4)
+                      "scales and codes are NaN", RuntimeWarning, stacklevel=V.user_stacklevel())
     return q
 
 

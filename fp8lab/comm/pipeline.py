@@ -100,7 +100,7 @@ def check_size(stages: int, microbatches: int, schedules=1) -> float:
         raise ValueError(f"{what}: at most {MAX_OPS:,} (stages x microbatches <= {MAX_OPS // 3:,}); fewer "
                          "micro-batches show the same bubbles")
     if ops > WARN_OPS:
-        warnings.warn(what, UserWarning, stacklevel=3)
+        warnings.warn(what, UserWarning, stacklevel=V.user_stacklevel())
     return seconds
 
 

@@ -269,7 +269,7 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min" if s % 3600 >= 60 else f"{s // 3600} h"
 
 
-def sim_cost_warning(what: str, seconds: float, size: str, quick: str, stacklevel: int = 3) -> bool:
+def sim_cost_warning(what: str, seconds: float, size: str, quick: str) -> bool:
     """Under the simulator, warn once per `what` per process (SimulatorSlowWarning) when `seconds`, the estimate
     for `size`, is above SIM_WARN_S; `quick` says which sizes are fast. Returns whether it warned."""
     if backend != "sim" or seconds <= SIM_WARN_S or what in _SIM_WARNED:
@@ -277,7 +277,7 @@ def sim_cost_warning(what: str, seconds: float, size: str, quick: str, stackleve
     _SIM_WARNED.add(what)
     warnings.warn(f"{what} on the simulator: about {_duration(seconds)} for {size} (estimated); {quick}. On a GPU "
                   "each launch takes milliseconds; set FP8LAB_BACKEND=gpu on a machine with one.", SimulatorSlowWarning,
-                  stacklevel=stacklevel)
+                  stacklevel=_validate.user_stacklevel())
     return True
 
 
@@ -292,4 +292,4 @@ def sim_check(what: str, dims, cost: SimCost, steps: int = 1) -> None:
         n = max([n for n in _NICE if cost.seconds((n,) * len(dims)) <= SIM_QUICK_S], default=1)
         size = cost.names + "x".join(map(str, dims)) + (f", {steps} steps" if steps > 1 else "")
         quick = f"sizes like {'x'.join([str(n)] * len(dims))} take about {SIM_QUICK_S:g} s" + " a step" * (steps > 1)
-        sim_cost_warning(what, seconds, size, quick, stacklevel=4)
+        sim_cost_warning(what, seconds, size, quick)

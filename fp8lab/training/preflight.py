@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 
+from .. import _validate as V
 from ..device import runtime
 from . import checkpoint, model
 from .checkpoint import option
@@ -114,7 +115,7 @@ def check_memory(s, cli: bool = False) -> None:
                              f"{_gb(have)} is free: lower {lower}")
         if need > WARN_BYTES:
             warnings.warn(f"{said}: this run needs about {_gb(need)} of {memory} memory ({_gb(big)} for {what})",
-                          LargeRunWarning, stacklevel=3)
+                          LargeRunWarning, stacklevel=V.user_stacklevel())
 
 
 @dataclasses.dataclass(frozen=True)
