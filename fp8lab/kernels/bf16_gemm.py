@@ -16,7 +16,7 @@ version 3: version 2 with 128 x 256 tiles (two m64n128k16 per k-slice: 128 accum
 
 Other op: `to_bf16(x, out=None, transpose=False)`: float32 (R, C) -> uint16 bfloat16 bits (R, C), or (C, R) for
 transpose=True (one pass: the cast fused with the transpose, as DeepSeek-V3 fuses its FP8 cast, section 3.3.4);
-reference `reference_to_bf16`.
+reference `reference_to_bf16`; `cast_launch` is it without checks. `launch` is the GEMM without checks.
 
 Under the simulator the wgmma twins sum in FP32 in k order: versions 1-3 are then bit-exact with `reference_in_order`.
 On a GPU they are checked against float64 of the rounded inputs within `error_bound`. Run it:
@@ -270,14 +270,19 @@ def to_bf16(x, out=None, transpose: bool = False):
         if not V.is_device_array(y):
             raise TypeError(f"out must be a device array, got {V.describe(out)}")
     if x.size:
-        dx = runtime.to_device(np.ascontiguousarray(x) if not V.is_device_array(x) else x)
-        if transpose:
-            _to_bf16_t_kernel[((C + _T - 1) // _T, (R + _T - 1) // _T), (_T, 8)](dx, y)
-        else:
-            n = R * C
-            _to_bf16_kernel[runtime.grid_1d(n, runtime.block_threads(256), runtime.MAX_BLOCKS)](dx.reshape(n),
-                                                                                               y.reshape(n))
+        cast_launch(runtime.to_device(x), y, transpose)
     return y if (V.is_device_array(x) or out is not None) else y.copy_to_host()
+
+
+def cast_launch(x, out, transpose: bool = False, stream=0) -> None:
+    """to_bf16 on device arrays (no checks): x float32 (R, C) C-contiguous, out uint16 (R, C) or (C, R)."""
+    R, C = x.shape
+    if transpose:
+        _to_bf16_t_kernel[((C + _T - 1) // _T, (R + _T - 1) // _T), (_T, 8), stream](x, out)
+    else:
+        n = R * C
+        blocks, threads = runtime.grid_1d(n, runtime.block_threads(256), runtime.MAX_BLOCKS)
+        _to_bf16_kernel[blocks, threads, stream](x.reshape(n), out.reshape(n))
 
 
 def _operand(name: str, x):
@@ -299,8 +304,9 @@ def _operand(name: str, x):
 
 
 def default_version() -> int:
-    """BEST where the device can run it (wgmma: sm_90); under the simulator BEST too (the twins run)."""
-    return best(VERSIONS, BEST)
+    """BEST where the device can run it (wgmma: sm_90) and under the simulator (the twins run); BEST too on a GPU
+    that runs none of them, so that bf16_gemm's device check says what is missing."""
+    return best(VERSIONS, BEST) if any(row.runs_here() for row in VERSIONS.values()) else BEST
 
 
 def bf16_gemm(a, b, out=None, version=None):
