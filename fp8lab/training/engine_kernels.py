@@ -10,7 +10,7 @@ Which kernel runs where (the Linear GEMMs' precisions are the recipe's, fp8lab.n
                    wgmma), else kernels.gemm on the inputs rounded by elementwise.round_bf16;
                    FP8: kernels.fp8_gemm (tensor cores on an H100/H200), with kernels.quantize (per tensor) or
                    kernels.quantize_fine (tiles, blocks, the 1x128 -> 128x1 re-quantization of the cached FP8 input
-                   for Wgrad)
+                   for Wgrad, dy's tiles for Dgrad and dy^T's for Wgrad in one pass: quantize_tile_dual)
   outlier channels elementwise.scale_cols (W1's input times d, W1 over d; and back in the backward)
   residual add     elementwise.add;  head: kernels.gemm in float32;  loss: kernels.cross_entropy
   optimizer        optim.AdamW on the flat float32 master weights (the recipe's moments)
@@ -237,9 +237,12 @@ class DeviceLinear:
         else:
             self.xt_codes = _Codes(r.wgrad.b, K, M, mode)
         self.float_x = isinstance(self.xt_codes, _Codes)  # Wgrad quantizes x^T afresh: x must stay float32
+        # dy in 1 x 128 tiles for Dgrad and dy^T in 1 x 128 tiles for Wgrad: both from one read of dy
+        self.dual = (r.dgrad.a.granularity == "tile" and r.wgrad.a == r.dgrad.a and isinstance(self.dyt_codes, _Codes)
+                     and mode in quantize_fine.DUAL_MODES)
         if isinstance(self.wt_codes, _Codes):
             self.wt = _empty((K, N))
-        if isinstance(self.dyt_codes, _Codes):
+        if isinstance(self.dyt_codes, _Codes) and not self.dual:
             self.dyt = _empty((N, M))
         if self.float_x:
             self.xt = _empty((K, M))
@@ -312,7 +315,11 @@ class DeviceLinear:
             mark("GEMM Wgrad")
             gemm.launch(self.dyt, self.x, dw, self.gv)
             return
-        if dx is not None or isinstance(self.dyt_codes, _Transposed):  # Dgrad's dy, or Wgrad's per-tensor dy^T
+        if self.dual:  # dy's tiles and dy^T's in one pass (the cast fused with the transpose)
+            mark("quantize")
+            d, dt = self.dy_codes, self.dyt_codes
+            quantize_fine.quantize_tile_dual(dy, d.codes, d.scale, dt.codes, dt.scale, fmt=d.fmt, mode=d.mode)
+        elif dx is not None or isinstance(self.dyt_codes, _Transposed):  # Dgrad's dy, or Wgrad's per-tensor dy^T
             mark("quantize")
             self.dy_codes(dy)
         if dx is not None:  # Dgrad: W^T transposed exactly from Fprop's codes, or quantized afresh
@@ -320,7 +327,8 @@ class DeviceLinear:
             mark("GEMM Dgrad")
             self._gemm(self.dy_codes, self.wt_codes, dx)
         # Wgrad: the contraction runs over the tokens: dy^T and x^T in tiles along M (or their per-tensor codes)
-        self._prepare(self.dyt_codes, dy, getattr(self, "dyt", None))
+        if not self.dual:
+            self._prepare(self.dyt_codes, dy, getattr(self, "dyt", None))
         self._prepare(self.xt_codes, self.x, getattr(self, "xt", None))
         mark("GEMM Wgrad")
         self._gemm(self.dyt_codes, self.xt_codes, dw)
