@@ -622,3 +622,21 @@ def test_nc_load_shared_1d_load_and_prefetch_move_every_bit(rng):
                                out, outs)
     assert np.array_equal(out.copy_to_host().view(np.uint32), bits), "ld.global.nc.L1::evict_last.v4.f32"
     assert np.array_equal(outs.copy_to_host().view(np.uint32), bits), "ld.shared.v4.f32 (1-D)"
+
+
+def test_ptx_subprocess_bootstrap_finds_the_backend_modules():
+    """ptx_of's compiler subprocess loads fp8lab.device.select and fp8lab.device.pool by file path before fp8lab's
+    __init__ runs: run it up to the point where it looks up the function (a name that does not exist), which comes
+    after that bootstrap, so a moved file fails here even without the CUDA compiler wheels."""
+    import os
+    import subprocess
+    import sys
+
+    from fp8lab.device.ptx import compile as compile_ptx
+
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
+    env.pop("FP8LAB_BACKEND", None)
+    done = subprocess.run([sys.executable, "-c", compile_ptx._SUBPROCESS, "fp8lab.kernels.cast", "no_such_kernel",
+                           "void()", "0", "9,0", "0"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode != 0
+    assert "AttributeError" in done.stderr and "no_such_kernel" in done.stderr, done.stderr[-2000:]

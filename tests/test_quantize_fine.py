@@ -230,6 +230,53 @@ def test_requantize_tile_to_col(rng, shape):
     assert (group_max_decoded(ref_ct, "tile") == 448).all()
 
 
+def dual(x, fmt="e4m3", mode="amax"):
+    """quantize_tile_dual on poisoned outputs: host (codes, scale, codes_t, scale_t)."""
+    M, N = x.shape
+    outs = [poisoned((M, N), np.uint8), poisoned((M, -(-N // 128)), np.float32), poisoned((N, M), np.uint8),
+            poisoned((N, -(-M // 128)), np.float32)]
+    qf.quantize_tile_dual(cuda.to_device(x), *outs, fmt=fmt, mode=mode)
+    return [o.copy_to_host() for o in outs]
+
+
+@pytest.mark.parametrize("shape", sizes((133, 300), (4100, 7170)) + [pytest.param((128, 256), id="tile-multiples")])
+@pytest.mark.parametrize("fmt, mode", [("e4m3", "amax"), ("e5m2", "pow2")])
+def test_dual_equals_tile_of_x_and_of_its_transpose(rng, shape, fmt, mode):
+    x = heavy_tailed(rng, shape)
+    x[5, :40] = 0.0  # a row tile that is almost all zeros, and a column group partly so
+    codes, scale, codes_t, scale_t = dual(x, fmt, mode)
+    for what, got_codes, got_scale, src in (("x", codes, scale, x), ("x.T", codes_t, scale_t, x.T)):
+        want = spec.quantize(np.ascontiguousarray(src), "tile", fmt=fmt, mode=mode)
+        assert_codes_equal(f"dual {what}", got_codes, want[0])
+        assert np.array_equal(got_scale, want[1]), f"dual {what}: scales differ"
+
+
+def test_dual_nonfinite_poisons_its_row_tile_and_column_group(rng):
+    x = heavy_tailed(rng, (200, 260))
+    x[130, 140] = np.inf
+    codes, scale, codes_t, scale_t = dual(x)
+    assert np.isnan(scale[130, 1]) and np.isnan(scale_t[140, 1])
+    assert np.isfinite(np.delete(scale, 130, axis=0)).all() and np.isfinite(np.delete(scale_t, 140, axis=0)).all()
+    assert (codes[130, 128:256] == spec.POISON_CODE).all() and (codes_t[140, 128:] == spec.POISON_CODE).all()
+    want = spec.quantize(np.ascontiguousarray(x.T), "tile")
+    assert_codes_equal("dual x.T", codes_t, want[0])
+
+
+def test_dual_rejects_other_modes(rng):
+    x = cuda.to_device(heavy_tailed(rng, (4, 8)))
+    with pytest.raises(ValueError, match="mode must be one of"):
+        qf.quantize_tile_dual(x, *[None] * 4, mode="mx_floor")
+
+
+def test_the_deepseek_linear_quantizes_dy_once(rng):
+    """fp8-deepseek's backward takes dy's tiles and dy^T's from quantize_tile_dual, with no transpose of dy."""
+    from fp8lab.training import engine_kernels
+
+    lin = engine_kernels.DeviceLinear("fp8-deepseek", 130, 140, 150)
+    assert lin.dual and not hasattr(lin, "dyt")
+    assert not engine_kernels.DeviceLinear("fp8-tensor", 130, 140, 150).dual  # per tensor: an exact transpose
+
+
 def test_requantize_public_api(rng):
     x = heavy_tailed(rng, (130, 40))
     q = fl.quantize(x, granularity="tile")

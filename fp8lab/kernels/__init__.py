@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 
 MODULES = ("reduce", "cast", "quantize", "quantize_fine", "elementwise", "rmsnorm", "norm_quant", "swiglu",
-           "embedding", "loss", "cross_entropy", "optim", "gemm", "gemm_nt", "fp8_gemm", "tc_accum")
+           "embedding", "loss", "cross_entropy", "optim", "gemm", "gemm_nt", "fp8_gemm", "bf16_gemm",
+           "tc_accum")
 
 
 def load(name: str):

@@ -9,7 +9,10 @@ Sections:
 - vector access: `vec_ok(x, nbytes)` (host: may x be read nbytes at a time?) and `load4` (four float32, one
   16-byte load where allowed);
 - the register-tiled SGEMM core: its geometry (`TILE_M`, `TILE_N`, `TILE_K`, `THREAD_M`, `THREAD_N`, ...),
-  `sgemm_fma_step` and `sgemm_store`, shared by gemm version 7 and fp8_gemm version 3.
+  `sgemm_fma_step` and `sgemm_store`, shared by gemm version 7 and fp8_gemm version 3;
+- wgmma staging, shared by fp8_gemm versions 5-7 and bf16_gemm: `copy16` (16 bytes global -> shared, cp.async
+  where aligned), `load_swizzled_tile` (128 rows of 128 bytes, 128-byte swizzle, 256 threads) and
+  `make_store_wgmma(n)` (a warpgroup's m64nN float32 accumulators to global memory, edges masked).
 
 The FP8 codecs are plain float arithmetic that is exact (math.frexp, multiplication by powers of two,
 math.floor, comparisons, a hand-written round-half-even), so they run unchanged on the GPU (numba-cuda lowers
@@ -39,7 +42,8 @@ __all__ = [
     "encode_e4m3_sat", "encode_e4m3", "encode_e5m2_sat", "encode_e5m2", "decode_e4m3", "decode_e5m2",
     "ENCODE_SAT", "DECODE", "CVT_X2", "DECODE_X2", "nanmax", "warp_sum", "warp_max", "block_sum", "block_max",
     "tree_max", "vec_ok", "load4", "TILE_M", "TILE_N", "TILE_K", "THREAD_M", "THREAD_N", "TILE_THREADS",
-    "TILE_COLS", "TILE_BUF_ROWS", "TILE_HALF", "sgemm_fma_step", "sgemm_store",
+    "TILE_COLS", "TILE_BUF_ROWS", "TILE_HALF", "sgemm_fma_step", "sgemm_store", "copy16", "load_swizzled_tile",
+    "make_store_wgmma",
 ]
 
 
@@ -438,3 +442,56 @@ def bf16_store_bits(x):
     if (u & _U32_ABS) > _U32_INF:
         return np.uint16((u >> _U32_16) | _U32_BF16_QUIET)
     return np.uint16(_bf16_round_u32(u) >> _U32_16)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# wgmma staging: the swizzled shared tiles wgmma reads, and its accumulators stored
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit(device=True)
+def copy16(s, dst, x, r, k, rows, K, vec):
+    """Stage the 16 bytes x[r, k:k+16] (x a uint8 matrix, K its row length in bytes) at s[dst:dst+16], zeros past
+    the matrix: one cp.async when the rows are 16-byte aligned (vec), else byte loads and stores (then completed at
+    once)."""
+    if vec != 0:
+        n = 0
+        if r < rows and k < K:
+            n = min(16, K - k)
+        ptx.cp_async_16(s, dst, x, min(r, rows - 1), k if n > 0 else 0, n)
+    else:
+        for q in range(16):
+            v = np.uint8(0)
+            if r < rows and k + q < K:
+                v = x[r, k + q]
+            s[dst + q] = v
+
+
+@cuda.jit(device=True)
+def load_swizzled_tile(s, off, x, r0, k0, rows, K, vec, tid):
+    """x[r0 : r0 + 128, k0 : k0 + 128] (bytes) -> a 128-byte-swizzled tile at s[off:] (rows of 128 bytes, the
+    16-byte chunk ch of row r stored at chunk ch ^ (r % 8)): 1024 copies of 16 bytes, 4 per thread of 256. Thread
+    tid always copies chunk tid % 8 of rows tid // 8 + 32 h (h = 0..3): its shared offsets are the same in every
+    stage."""
+    r = tid // 8
+    ch = tid % 8
+    dst = off + r * 128 + (ch ^ (r % 8)) * 16
+    for h in range(4):
+        copy16(s, dst + h * 32 * 128, x, r0 + r + 32 * h, k0 + ch * 16, rows, K, vec)
+
+
+def make_store_wgmma(n: int):
+    """A device function store(c, acc, row0, n0, t4, M, N): this thread's n / 2 outputs of an m64nN wgmma tile
+    (rows row0 and row0 + 8, registers 4j + 0, 1 and 4j + 2, 3; columns n0 + 8j + 2 t4 + (0, 1): ptx.wgmma_d_layout)
+    written to c, edges masked. n is compiled in, so the loops unroll and acc stays in registers."""
+
+    @cuda.jit(device=True)
+    def store(c, acc, row0, n0, t4, M, N):
+        for j in range(n // 8):
+            for i in range(4):
+                row = row0 + 8 * (i // 2)
+                col = n0 + 8 * j + 2 * t4 + i % 2
+                if row < M and col < N:
+                    c[row, col] = acc[4 * j + i]
+
+    return store

@@ -6,10 +6,11 @@ Which kernel runs where (the Linear GEMMs' precisions are the recipe's, fp8lab.n
   RMSNorm          kernels.rmsnorm; or, where Fprop takes x in E4M3 1 x 128 tiles, kernels.norm_quant (RMSNorm fused
                    with the tile quantization of its output, the codes going straight into W1's Fprop GEMM)
   SwiGLU           kernels.swiglu (fused with the tile quantization of h for W2's Fprop, the same way)
-  Linear GEMMs     float32, bfloat16: kernels.gemm (SIMT, the inputs of bf16 rounded by elementwise.round_bf16);
+  Linear GEMMs     float32: kernels.gemm (SIMT); bfloat16: kernels.bf16_gemm (tensor cores, where the GPU has
+                   wgmma), else kernels.gemm on the inputs rounded by elementwise.round_bf16;
                    FP8: kernels.fp8_gemm (tensor cores on an H100/H200), with kernels.quantize (per tensor) or
                    kernels.quantize_fine (tiles, blocks, the 1x128 -> 128x1 re-quantization of the cached FP8 input
-                   for Wgrad)
+                   for Wgrad, dy's tiles for Dgrad and dy^T's for Wgrad in one pass: quantize_tile_dual)
   outlier channels elementwise.scale_cols (W1's input times d, W1 over d; and back in the backward)
   residual add     elementwise.add;  head: kernels.gemm in float32;  loss: kernels.cross_entropy
   optimizer        optim.AdamW on the flat float32 master weights (the recipe's moments)
@@ -21,8 +22,8 @@ import numpy as np
 
 from . import model
 from ..device import runtime
-from ..kernels import (cross_entropy, elementwise, embedding, fp8_gemm, gemm, norm_quant, quantize, quantize_fine,
-    rmsnorm, swiglu)
+from ..kernels import (bf16_gemm, cross_entropy, elementwise, embedding, fp8_gemm, gemm, norm_quant, quantize,
+    quantize_fine, rmsnorm, swiglu)
 from ..device.runtime import cuda
 from ..numerics import recipes, spec
 
@@ -41,6 +42,12 @@ def _scales(rows, cols):
 def gemm_version() -> int:
     """kernels.gemm's version: the fastest on a GPU; version 2 (one thread per output) is the quickest to simulate."""
     return 2 if runtime.IS_SIM else gemm.BEST
+
+
+def bf16_tensor_cores() -> bool:
+    """Whether the bf16 recipe's GEMMs run on the tensor cores (kernels.bf16_gemm: wgmma, an sm_90 GPU). Not under
+    the simulator, where kernels.gemm's version 2 is quicker to simulate (tests switch it on to check the path)."""
+    return not runtime.IS_SIM and bf16_gemm.VERSIONS[bf16_gemm.BEST].runs_here()
 
 
 def fp8_gemm_version() -> int:
@@ -186,8 +193,10 @@ class DeviceLinear:
     """y (M, N) = x (M, K) W^T and its backward in one recipe (a Recipe or its name, fp8lab.numerics.recipes), on
     buffers made once. forward caches what backward needs (in FP8 the codes of x).
 
-    float32 and bfloat16 recipes run kernels.gemm (SIMT, row-major (M, K) @ (K, N): the transposes explicit, the
-    inputs of bf16 rounded by elementwise.round_bf16). FP8 recipes run kernels.fp8_gemm on each GEMM's NT operands
+    bfloat16 recipes run kernels.bf16_gemm on the tensor cores where the GPU has wgmma (bf16_tensor_cores): each
+    GEMM's NT operands cast to bfloat16 bits, transposed in the same pass where needed. Elsewhere they, and
+    float32 recipes, run kernels.gemm (SIMT, row-major (M, K) @ (K, N): the transposes explicit, the inputs of bf16
+    rounded by elementwise.round_bf16). FP8 recipes run kernels.fp8_gemm on each GEMM's NT operands
     (Fprop x, W; Dgrad dy, W^T; Wgrad dy^T, x^T): an operand scaled per tensor or per 128 x 128 block is quantized
     once and its transpose taken exactly; tiles are quantized in each GEMM's own layout, or x^T re-tiled from
     Fprop's codes (wgrad_x_from_fprop). need_dx=False: Dgrad never runs (x is data), so its buffers are not made."""
@@ -197,6 +206,15 @@ class DeviceLinear:
         self.M, self.N, self.K, self.prof = M, N, K, prof
         self.gv, self.fv = gemm_version(), fp8_gemm_version()
         self.precision = r.gemm_precision
+        self.tensor_cores = self.precision == "bf16" and bf16_tensor_cores()
+        if self.tensor_cores:
+            self.bv = bf16_gemm.default_version()  # bfloat16 bits in each GEMM's NT layout, cast (and transposed) in one pass each
+            u16 = np.uint16
+            self.xb, self.xbt, self.wb = _empty((M, K), u16), _empty((K, M), u16), _empty((N, K), u16)
+            self.wbt = _empty((K, N), u16) if need_dx else None
+            self.dyb, self.dybt = _empty((M, N), u16), _empty((N, M), u16)
+            self.float_x = True  # Wgrad casts x^T from x itself
+            return
         if self.precision != "fp8":
             self.wt = _empty((K, N))      # W^T for Fprop (kernels.gemm multiplies row-major (M, K) @ (K, N))
             self.dyt = _empty((N, M))     # dy^T for Wgrad
@@ -219,9 +237,12 @@ class DeviceLinear:
         else:
             self.xt_codes = _Codes(r.wgrad.b, K, M, mode)
         self.float_x = isinstance(self.xt_codes, _Codes)  # Wgrad quantizes x^T afresh: x must stay float32
+        # dy in 1 x 128 tiles for Dgrad and dy^T in 1 x 128 tiles for Wgrad: both from one read of dy
+        self.dual = (r.dgrad.a.granularity == "tile" and r.wgrad.a == r.dgrad.a and isinstance(self.dyt_codes, _Codes)
+                     and mode in quantize_fine.DUAL_MODES)
         if isinstance(self.wt_codes, _Codes):
             self.wt = _empty((K, N))
-        if isinstance(self.dyt_codes, _Codes):
+        if isinstance(self.dyt_codes, _Codes) and not self.dual:
             self.dyt = _empty((N, M))
         if self.float_x:
             self.xt = _empty((K, M))
@@ -237,6 +258,14 @@ class DeviceLinear:
         """y = x W^T. quantized=True (FP8): x was already written, quantized, into codes_for_input(); x is then the
         float32 x for a Wgrad that quantizes x^T afresh, or None."""
         mark = self.prof.mark
+        if self.tensor_cores:
+            mark("cast and transpose")
+            bf16_gemm.cast_launch(x, self.xb)
+            bf16_gemm.cast_launch(w, self.wb)
+            self.x, self.w = x, w
+            mark("GEMM Fprop")
+            bf16_gemm.launch(self.xb.view(np.uint8), self.wb.view(np.uint8), y, self.bv)
+            return
         if self.precision != "fp8":
             mark("cast and transpose")
             if self.precision == "bf16":
@@ -260,6 +289,19 @@ class DeviceLinear:
         """dx = dy W (Dgrad; skipped when dx is None: an input that is data) and dW = dy^T x (Wgrad) for the x and
         W of the last forward."""
         mark = self.prof.mark
+        if self.tensor_cores:  # NT operands: Dgrad (dy, W^T), Wgrad (dy^T, x^T)
+            mark("cast and transpose")
+            bf16_gemm.cast_launch(dy, self.dyb)
+            if dx is not None:
+                bf16_gemm.cast_launch(self.w, self.wbt, transpose=True)
+                mark("GEMM Dgrad")
+                bf16_gemm.launch(self.dyb.view(np.uint8), self.wbt.view(np.uint8), dx, self.bv)
+            mark("cast and transpose")
+            bf16_gemm.cast_launch(dy, self.dybt, transpose=True)
+            bf16_gemm.cast_launch(self.x, self.xbt, transpose=True)
+            mark("GEMM Wgrad")
+            bf16_gemm.launch(self.dybt.view(np.uint8), self.xbt.view(np.uint8), dw, self.bv)
+            return
         if self.precision != "fp8":
             if self.precision == "bf16":
                 mark("cast and transpose")
@@ -273,7 +315,11 @@ class DeviceLinear:
             mark("GEMM Wgrad")
             gemm.launch(self.dyt, self.x, dw, self.gv)
             return
-        if dx is not None or isinstance(self.dyt_codes, _Transposed):  # Dgrad's dy, or Wgrad's per-tensor dy^T
+        if self.dual:  # dy's tiles and dy^T's in one pass (the cast fused with the transpose)
+            mark("quantize")
+            d, dt = self.dy_codes, self.dyt_codes
+            quantize_fine.quantize_tile_dual(dy, d.codes, d.scale, dt.codes, dt.scale, fmt=d.fmt, mode=d.mode)
+        elif dx is not None or isinstance(self.dyt_codes, _Transposed):  # Dgrad's dy, or Wgrad's per-tensor dy^T
             mark("quantize")
             self.dy_codes(dy)
         if dx is not None:  # Dgrad: W^T transposed exactly from Fprop's codes, or quantized afresh
@@ -281,7 +327,8 @@ class DeviceLinear:
             mark("GEMM Dgrad")
             self._gemm(self.dy_codes, self.wt_codes, dx)
         # Wgrad: the contraction runs over the tokens: dy^T and x^T in tiles along M (or their per-tensor codes)
-        self._prepare(self.dyt_codes, dy, getattr(self, "dyt", None))
+        if not self.dual:
+            self._prepare(self.dyt_codes, dy, getattr(self, "dyt", None))
         self._prepare(self.xt_codes, self.x, getattr(self, "xt", None))
         mark("GEMM Wgrad")
         self._gemm(self.dyt_codes, self.xt_codes, dw)

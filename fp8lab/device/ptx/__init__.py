@@ -51,6 +51,7 @@ wgmma.py: the warpgroup MMA of sm_90a, its fences and its shared-memory layout
 | `wgmma_commit_group()` | `wgmma.commit_group.sync.aligned;` | nothing |
 | `wgmma_wait_group(n, regs)(acc)` | `wgmma.wait_group.sync.aligned n;` (9) | nothing |
 | `wgmma_m64k32(n, fa, fb)(acc, s, desc_a, desc_b, scale_d)` | `wgmma.mma_async.sync.aligned.m64n{n}k32` (10) | (11) |
+| `wgmma_m64k16(n)(acc, s, desc_a, desc_b, scale_d)` | `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16` (12) | (11) |
 
 (1) NaN payloads, -0.0 and subnormals kept; the twin is `np.float32(x).view(np.uint32)` and
 `np.uint32(u).view(np.float32)`. (2) For data the kernel never writes, read by every row: the read-only path, kept
@@ -59,7 +60,8 @@ a multiple of 16. (5) Zero-fills past nbytes; the twin copies at once, so its wa
 l % 8 of matrix l // 8. (7) The warp's fragments gathered, FP32 sums in k order. (8) Generic-proxy stores become
 visible to wgmma. (9) acc tied through it: no access to the accumulators moves across. (10) `.f32.{fa}.{fb}`: one
 warpgroup, float32 accumulators, A in fa and B in fb, both in shared memory. (11) The descriptors decoded, this
-thread's outputs summed in k order.
+thread's outputs summed in k order. (12) Both operands K-major (the transpose immediates 0); 16 values, 32 bytes of
+K per instruction, as for FP8.
 
 The tensor-core path: `mma_m16n8k32` (mma.sync, one warp, fragments in registers, `ldmatrix_x4` to load them),
 `cp_async_16` / `cp_async_commit` / `cp_async_wait_group` (global -> shared copies in flight), `wgmma_m64k32`
@@ -82,7 +84,8 @@ from .mma import (MMA_FP8, MMA_FP8_CC, MMA_M16N8K32_E4M3, mma_instruction, mma_i
                   mma_m16n8k32_e4m3, mma_m16n8k32_layout, mma_m16n8k32_reference, pack_mma_m16n8k32, require_mma_fp8)
 from .wgmma import (SWIZZLE_MODES, WGMMA, WGMMA_CC, fence_proxy_async, require_wgmma, smem_descriptor,
                     smem_descriptor_fields, smem_descriptor_np, swizzle_128b, swizzle_128b_np, wgmma_commit_group,
-                    wgmma_d_layout, wgmma_fence, wgmma_intrinsic, wgmma_m64k32, wgmma_sync_intrinsic, wgmma_wait_group)
+                    wgmma_d_layout, wgmma_fence, wgmma_intrinsic, wgmma_m64k16, wgmma_m64k32, wgmma_sync_intrinsic,
+                    wgmma_wait_group)
 
 __all__ = [
     "HARDWARE", "CVT_E4M3X2", "CVT_E5M2X2", "CVT_F16X2_E4M3X2", "CVT_F16X2_E5M2X2", "cvt_x2_intrinsic",
@@ -110,6 +113,7 @@ __all__ = [
     "wgmma_d_layout",
     "wgmma_fence",
     "wgmma_intrinsic",
+    "wgmma_m64k16",
     "wgmma_m64k32",
     "wgmma_sync_intrinsic",
     "wgmma_wait_group",

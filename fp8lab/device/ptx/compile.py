@@ -131,14 +131,14 @@ _SUBPROCESS = r"""
 import importlib, importlib.util, os, sys
 module, qualname, signature, device, cc, fastmath = sys.argv[1:7]
 spec = importlib.util.find_spec("fp8lab")  # locates the package without running its __init__
-path = os.path.join(os.path.dirname(spec.origin), "_backend.py")
+path = os.path.join(os.path.dirname(spec.origin), "device", "select.py")
 bspec = importlib.util.spec_from_file_location("fp8lab.device.select", path)
 backend = importlib.util.module_from_spec(bspec)
 sys.modules["fp8lab.device.select"] = backend
 bspec.loader.exec_module(backend)
 backend.probe_driver = lambda: (1, "compile only: PTX without a device (fp8lab.device.ptx.ptx_of)")
 pspec = importlib.util.spec_from_file_location("fp8lab.device.pool", os.path.join(os.path.dirname(spec.origin),
-"_pool.py"))
+"device", "pool.py"))
 pool = importlib.util.module_from_spec(pspec)
 sys.modules["fp8lab.device.pool"] = pool
 pspec.loader.exec_module(pool)

@@ -1,5 +1,6 @@
-"""wgmma, the asynchronous warpgroup MMA of sm_90a, with its twin: `wgmma_m64k32(n, fa, fb)` (one warpgroup, A and B
-in shared memory, read through 64-bit matrix descriptors), its fences and groups (`wgmma_fence`,
+"""wgmma, the asynchronous warpgroup MMA of sm_90a, with its twin: `wgmma_m64k32(n, fa, fb)` (FP8) and
+`wgmma_m64k16(n)` (bfloat16) (one warpgroup, A and B in shared memory, read through 64-bit matrix descriptors), its
+fences and groups (`wgmma_fence`,
 `wgmma_commit_group`, `wgmma_wait_group`, `fence_proxy_async`), the shared-memory layout it reads
 (`smem_descriptor`, `swizzle_128b` on the device; `smem_descriptor_np`, `smem_descriptor_fields`,
 `swizzle_128b_np` on the host), where each thread's accumulators sit in D (`wgmma_d_layout`), and what a kernel
@@ -80,20 +81,23 @@ def wgmma_sync_intrinsic(text: str, regs: int, name: str):
 
 def wgmma_intrinsic(n: int, fa: str = "e4m3", fb: str = "e4m3"):
     """An @intrinsic `wgmma(acc, s, desc_a, desc_b, scale_d)` (GPU only, sm_90a): one warpgroup (128 threads)
-    issues `wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{fa}.{fb}`: D (64 x n, f32) = A (64 x 32) @ B (32 x n)
-    + (D if scale_d else 0), A and B read from shared memory through 64-bit matrix descriptors (both K-major:
-    FP8 wgmma takes no transposed operand). acc: a float32 local array of n / 2 values, this thread's part of D
-    (see wgmma_d_layout), read and written in place. The instruction is asynchronous: the results may be read
-    only after wgmma_commit_group and wgmma_wait_group. s is not used on the GPU (the descriptors hold the
+    issues `wgmma.mma_async.sync.aligned.m64n{n}k{K}.f32.{fa}.{fb}`: D (64 x n, f32) = A (64 x K) @ B (K x n)
+    + (D if scale_d else 0), A and B read from shared memory through 64-bit matrix descriptors, both K-major. K is 32
+    for FP8 (e4m3, e5m2: no transposed operand exists) and 16 for bf16 (whose two transpose immediates are 0: K-major
+    too). Either way one k-slice is 32 bytes of each row. acc: a float32 local array of n / 2 values, this thread's
+    part of D (see wgmma_d_layout), read and written in place. The instruction is asynchronous: the results may be
+    read only after wgmma_commit_group and wgmma_wait_group. s is not used on the GPU (the descriptors hold the
     addresses); the twin reads the operands from it."""
     from llvmlite import ir
     from numba.cuda import types
     from numba.cuda.extending import intrinsic
 
     regs = n // 2
-    ops = ", ".join(f"${k}" for k in range(regs))
-    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${2 * regs + 2}, 0; "
-            f"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{fa}.{fb} {{{ops}}}, ${2 * regs}, ${2 * regs + 1}, p, 1, 1; }}")
+    k = _k_of(fa, fb)
+    ops = ", ".join(f"${j}" for j in range(regs))
+    trans = ", 0, 0" if fa == "bf16" else ""  # imm-trans-a, imm-trans-b: bf16 only (PTX ISA, wgmma.mma_async)
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${2 * regs + 2}, 0; wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{fa}.{fb} "
+            f"{{{ops}}}, ${2 * regs}, ${2 * regs + 1}, p, 1, 1{trans}; }}")
 
     def wgmma(typingctx, acc, s, desc_a, desc_b, scale_d):
         if not (isinstance(acc, types.Array) and acc.dtype == types.float32 and isinstance(s, types.Array)
@@ -111,8 +115,18 @@ def wgmma_intrinsic(n: int, fa: str = "e4m3", fb: str = "e4m3"):
 
         return sig, codegen
 
-    wgmma.__name__ = wgmma.__qualname__ = f"wgmma_m64n{n}k32_{fa}_{fb}"
+    wgmma.__name__ = wgmma.__qualname__ = f"wgmma_m64n{n}k{k}_{fa}_{fb}"
     return intrinsic(wgmma)
+
+
+WGMMA_INPUTS = ("e4m3", "e5m2", "bf16")
+"""The operand formats the course's wgmma takes: FP8 (k = 32) or bfloat16 (k = 16), 32 bytes of K per k-slice."""
+
+
+def _k_of(fa: str, fb: str) -> int:
+    if fa not in WGMMA_INPUTS or fb not in WGMMA_INPUTS or (fa == "bf16") != (fb == "bf16"):
+        raise ValueError(f"wgmma operands must be two FP8 formats (e4m3, e5m2) or bf16 and bf16, got {fa!r} and {fb!r}")
+    return 16 if fa == "bf16" else 32
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -158,8 +172,9 @@ def swizzle_128b_np(offset):
 
 
 def _operand_rows(b8, desc, rows):
-    """Codes (len(rows), 32) of a K-major, 128-byte-swizzled operand slice that `desc` describes (32 bytes of K
-    from its start address): what wgmma reads for those rows of A (or of B, rows = columns n)."""
+    """Bytes (len(rows), 32) of a K-major, 128-byte-swizzled operand slice that `desc` describes (32 bytes of K
+    from its start address): what wgmma reads for those rows of A (or of B, rows = columns n): 32 FP8 codes or 16
+    bfloat16 values (little-endian) per row."""
     desc = int(desc)
     start = (desc & 0x3FFF) << 4
     sbo = ((desc >> 32) & 0x3FFF) << 4
@@ -176,11 +191,23 @@ def _operand_rows(b8, desc, rows):
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _bf16_values(rows8):
+    """float32 values of bfloat16 bytes (r, 2 k), little-endian: each value's bits are the float32's top half."""
+    u16 = np.ascontiguousarray(rows8).view("<u2")
+    return (u16.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
 def _twin_wgmma(n: int, fa: str, fb: str):
-    """Twin of wgmma m64n{n}k32: decode both descriptors, read this thread's two rows of A and n / 4 columns of B
-    from shared memory through the 128-byte swizzle, and add their products in k order (FP32) to its
-    accumulators (wgmma_d_layout). Done at issue: the twin has no asynchrony to wait for."""
-    ta, tb = formats.value_table(fa), formats.value_table(fb)
+    """Twin of wgmma m64n{n}k32 (FP8) or m64n{n}k16 (bf16): decode both descriptors, read this thread's two rows of
+    A and n / 4 columns of B from shared memory through the 128-byte swizzle, and add their products in k order
+    (FP32; a product of two FP8 or two bfloat16 values is exact in float32) to its accumulators (wgmma_d_layout).
+    Done at issue: the twin has no asynchrony to wait for."""
+    _k_of(fa, fb)
+    if fa == "bf16":
+        ta = tb = _bf16_values
+    else:
+        va, vb = formats.value_table(fa), formats.value_table(fb)
+        ta, tb = (lambda c: va[c]), (lambda c: vb[c])
     lay = wgmma_d_layout(n)
 
     def wgmma(acc, s, desc_a, desc_b, scale_d):
@@ -188,8 +215,8 @@ def _twin_wgmma(n: int, fa: str, fb: str):
         b = as_bytes(s)
         rows = lay[t, 0:4:2, 0] % 64            # its two rows (registers 0 and 2)
         cols = lay[t, :, 1].reshape(-1, 4)[:, :2].ravel()  # its n / 4 columns, in register order
-        av = ta[_operand_rows(b, desc_a, rows)].astype(np.float32)  # (2, 32)
-        bv = tb[_operand_rows(b, desc_b, cols)].astype(np.float32)  # (n / 4, 32)
+        av = ta(_operand_rows(b, desc_a, rows)).astype(np.float32)  # (2, k)
+        bv = tb(_operand_rows(b, desc_b, cols)).astype(np.float32)  # (n / 4, k)
         regs = n // 2
         d = np.zeros((2, regs // 2), np.float32)  # d[h, 2j + e] is register 4j + 2h + e
         if scale_d:
@@ -230,9 +257,23 @@ def wgmma_wait_group(n: int, regs: int):
 
 @functools.lru_cache(maxsize=None)
 def wgmma_m64k32(n: int, fa: str = "e4m3", fb: str = "e4m3"):
-    """wgmma.mma_async m64n{n}k32 with float32 accumulators, A in fa and B in fb, hardware or twin."""
+    """wgmma.mma_async m64n{n}k32 with float32 accumulators, A in fa and B in fb (FP8), hardware or twin."""
+    if fa == "bf16" or fb == "bf16":
+        raise ValueError("bf16 wgmma is m64nNk16: use wgmma_m64k16")
+    return _wgmma(n, fa, fb)
+
+
+@functools.lru_cache(maxsize=None)
+def wgmma_m64k16(n: int):
+    """wgmma.mma_async m64n{n}k16.f32.bf16.bf16, float32 accumulators, both operands bfloat16 and K-major, hardware
+    or twin. A k-slice is 16 values, 32 bytes: the same descriptors and swizzled tiles as wgmma_m64k32's."""
+    return _wgmma(n, "bf16", "bf16")
+
+
+def _wgmma(n: int, fa: str, fb: str):
     if n % 8 or not 8 <= n <= 256:
         raise ValueError(f"n must be a multiple of 8 in 8..256 (the wgmma shapes), got {n}")
+    _k_of(fa, fb)
     if HARDWARE:
         return wgmma_intrinsic(n, fa, fb)
     return cuda.jit(device=True)(_twin_wgmma(n, fa, fb))

@@ -26,7 +26,7 @@ import numpy as np
 from ...device import ptx, runtime
 from ...device.runtime import cuda
 from ...numerics.spec import GROUP_K
-from ..common import vec_ok
+from ..common import copy16, load_swizzled_tile, make_store_wgmma, vec_ok
 
 # Version 4 (mma.sync): 128 x 128 block tiles, 8 warps of 64 x 32, stages of one K-group (128 bytes of K),
 # STAGES4 in flight; each shared row padded to 144 bytes so that the 8 rows an ldmatrix reads fall in 8
@@ -59,23 +59,6 @@ def _scale_at(s, kind, r, g):
 
 
 @cuda.jit(device=True)
-def _copy16(s, dst, x, r, k, rows, K, vec):
-    """Stage the 16 codes x[r, k:k+16] at s[dst:dst+16], zeros past the matrix: one cp.async when the rows are
-    16-byte aligned (vec), else byte loads and stores (then completed at once)."""
-    if vec != 0:
-        n = 0
-        if r < rows and k < K:
-            n = min(16, K - k)
-        ptx.cp_async_16(s, dst, x, min(r, rows - 1), k if n > 0 else 0, n)
-    else:
-        for q in range(16):
-            v = np.uint8(0)
-            if r < rows and k + q < K:
-                v = x[r, k + q]
-            s[dst + q] = v
-
-
-@cuda.jit(device=True)
 def _ldmatrix_into(frag, at, s, off):
     """frag[at : at + 4] = the four registers ldmatrix.x4 gives this lane for the rows at s[off:] (see version 4)."""
     x0, x1, x2, x3 = ptx.ldmatrix_x4(s, off)
@@ -83,18 +66,6 @@ def _ldmatrix_into(frag, at, s, off):
     frag[at + 1] = x1
     frag[at + 2] = x2
     frag[at + 3] = x3
-
-
-@cuda.jit(device=True)
-def _load_swizzled_tile(s, off, x, r0, k0, rows, K, vec, tid):
-    """x[r0 : r0 + 128, k0 : k0 + 128] -> a 128-byte-swizzled tile at s[off:] (rows of 128 bytes, the 16-byte chunk
-    ch of row r stored at chunk ch ^ (r % 8)): 1024 copies of 16 bytes, 4 per thread. Thread tid always copies chunk
-    tid % 8 of rows tid // 8 + 32 h (h = 0..3): its shared offsets are the same in every stage."""
-    r = tid // 8
-    ch = tid % 8
-    dst = off + r * 128 + (ch ^ (r % 8)) * 16
-    for h in range(4):
-        _copy16(s, dst + h * 32 * 128, x, r0 + r + 32 * h, k0 + ch * 16, rows, K, vec)
 
 
 def make_wgmma_issue(fmt_a: str, fmt_b: str):
@@ -135,15 +106,8 @@ def _promote_wgmma(part, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, g):
             total[o] += part[o] * ((sr0 if i < 2 else sr1) * sc)
 
 
-@cuda.jit(device=True)
-def _store_wgmma(c, total, row0, n0, t4, M, N):
-    """This thread's 64 outputs of an m64n128 tile (the layout of _promote_wgmma), edges masked."""
-    for j in range(BN5 // 8):
-        for i in range(4):
-            row = row0 + 8 * (i // 2)
-            col = n0 + 8 * j + 2 * t4 + i % 2
-            if row < M and col < N:
-                c[row, col] = total[4 * j + i]
+_store_wgmma = make_store_wgmma(BN5)
+"""This thread's 64 outputs of an m64n128 tile (the layout of _promote_wgmma), edges masked."""
 
 
 def make_kernel4(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool = True):
@@ -159,7 +123,7 @@ def make_kernel4(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
             c = tid + THREADS4 * h
             r = c // (BK4 // 16)
             col = (c % (BK4 // 16)) * 16
-            _copy16(s, off + r * ROW4 + col, x, r0 + r, k0 + col, rows, K, vec)
+            copy16(s, off + r * ROW4 + col, x, r0 + r, k0 + col, rows, K, vec)
 
     @cuda.jit
     def fp8_gemm_kernel4(a, sa, b, sb, c, vec):
@@ -288,15 +252,15 @@ def make_kernel5(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
         nk = (K + BK5 - 1) // BK5
         for st in range(STAGES5 - 1):
             if st < nk:
-                _load_swizzled_tile(smem, pad + st * STAGE5, a, m0, st * BK5, M, K, vec, tid)
-                _load_swizzled_tile(smem, pad + st * STAGE5 + TILE5, b, n0, st * BK5, N, K, vec, tid)
+                load_swizzled_tile(smem, pad + st * STAGE5, a, m0, st * BK5, M, K, vec, tid)
+                load_swizzled_tile(smem, pad + st * STAGE5 + TILE5, b, n0, st * BK5, N, K, vec, tid)
             ptx.cp_async_commit()  # one group per stage, empty or not: wait_group counts groups
         for kt in range(nk):
             nxt = kt + STAGES5 - 1
             if nxt < nk:
                 so = pad + (nxt % STAGES5) * STAGE5
-                _load_swizzled_tile(smem, so, a, m0, nxt * BK5, M, K, vec, tid)
-                _load_swizzled_tile(smem, so + TILE5, b, n0, nxt * BK5, N, K, vec, tid)
+                load_swizzled_tile(smem, so, a, m0, nxt * BK5, M, K, vec, tid)
+                load_swizzled_tile(smem, so + TILE5, b, n0, nxt * BK5, N, K, vec, tid)
             ptx.cp_async_commit()
             wait_copies()             # this thread's copies of stage kt have landed
             ptx.fence_proxy_async()   # ... and are visible to wgmma (which reads through the async proxy)
@@ -331,8 +295,8 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, per
     @cuda.jit(device=True)
     def load_stage(s, so, a, b, m0, n0, k0, M, N, K, tid):
         """Both 128 x 128 tiles of a K-group, swizzled (the load path `vec` compiled in)."""
-        _load_swizzled_tile(s, so, a, m0, k0, M, K, vec, tid)
-        _load_swizzled_tile(s, so + TILE5, b, n0, k0, N, K, vec, tid)
+        load_swizzled_tile(s, so, a, m0, k0, M, K, vec, tid)
+        load_swizzled_tile(s, so + TILE5, b, n0, k0, N, K, vec, tid)
 
     @cuda.jit(device=True)
     def step(kt, nk, cur, nxt, total, smem, base, pad, a, b, sa, sb, m0, n0, M, N, K, tid, wg, row0, t4):

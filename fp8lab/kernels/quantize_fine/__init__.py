@@ -18,7 +18,8 @@ version 3: tile, fused and vectorized: 8 lanes per tile, 16-byte loads, the hard
            quantize_tile runs version 2, the same codes bit for bit. BEST.
 The other kernels (one version each): row (a block per row), block (a block per block x block tile), mx (the tile
 kernel with groups of 32 and E8M0 scales), dequantize (any granularity), requantize_tile_to_col (1 x block tiles
-of x -> 1 x block tiles of x.T, from the codes and scales).
+of x -> 1 x block tiles of x.T, from the codes and scales), quantize_tile_dual (the 1 x 128 tiles of x and of x.T
+in one pass over x: a Linear's dy for Dgrad and Wgrad).
 
 Scales and policies (scale modes "amax", "pow2", "mx_floor", "mx_ceil"; partial, all-zero and NaN/Inf groups)
 are those of fp8lab/numerics/spec.py, whose NumPy functions are the reference every kernel here matches bit for bit;
@@ -27,7 +28,8 @@ group of requantize it reaches.
 
 The package: rule.py (the scale rule as a device function, the float32 constants the kernels share, `reference`),
 tile.py (versions 1-3, their launchers and VERSIONS, `quantize_tile`, `quantize_mx`), row_block.py (`quantize_row`,
-`quantize_block`), requantize.py (`dequantize`, `requantize_tile_to_col`), harness.py (checks, timings). The
+`quantize_block`), requantize.py (`dequantize`, `requantize_tile_to_col`), dual.py (`quantize_tile_dual`), harness.py (checks,
+timings). The
 launchers take device arrays the caller allocates (fp8lab/quant.py does it for the public API).
 
 Run `python -m fp8lab.kernels.quantize_fine` (or `fp8lab bench quantize_fine`) to check every kernel against the
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 from ... import bench
 from ...numerics.spec import AMAX_FLOOR, E8M0_NAN, FP8_MAX, MODES, MX_GROUP, POISON_CODE
+from .dual import DUAL_MODES, make_dual_kernel, quantize_tile_dual
 from .harness import BENCH_SHAPE, CHECK_SHAPE, checks, timings, torch_tile_quantize
 from .requantize import dequantize, make_dequantize_kernel, make_requantize_kernel, requantize_tile_to_col
 from .row_block import THREADS, make_block_kernel, make_row_kernel, quantize_block, quantize_row
@@ -50,7 +53,7 @@ from .tile import (BEST, GROUPS3, LANES3, MAX_GROUP3, VERSIONS, WARPS3, WARPS_PE
 
 __all__ = [
     "VERSIONS", "BEST", "quantize_tile", "quantize_mx", "quantize_row", "quantize_block", "dequantize",
-    "requantize_tile_to_col", "reference", "checks", "timings", "main", "tile_kernels", "vector_ok",
+    "requantize_tile_to_col", "quantize_tile_dual", "make_dual_kernel", "DUAL_MODES", "reference", "checks", "timings", "main", "tile_kernels", "vector_ok",
     "launch_tile1", "launch_tile2", "launch_tile3", "make_group_scale", "make_tile_kernels", "make_tile_kernel3",
     "make_row_kernel", "make_block_kernel", "make_dequantize_kernel", "make_requantize_kernel",
     "torch_tile_quantize", "CHECK_SHAPE", "BENCH_SHAPE", "THREADS", "WARPS_PER_BLOCK", "ELEMENTWISE_THREADS",

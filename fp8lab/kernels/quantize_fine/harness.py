@@ -11,6 +11,7 @@ from ...device import runtime
 from ...device.runtime import cuda
 from ...numerics import spec
 from ...numerics.spec import AMAX_FLOOR, FP8_MAX
+from .dual import quantize_tile_dual
 from .requantize import dequantize, requantize_tile_to_col
 from .row_block import quantize_block, quantize_row
 from .rule import reference
@@ -96,7 +97,23 @@ def checks(rng, only=None) -> list:
         bench.assert_codes_equal("requantize", ct.copy_to_host(), ref_ct)
         assert (st.copy_to_host() == ref_st).all(), "requantize: scales differ"
         out.append(("requantize 1x128 -> 128x1", "bit-exact"))
+    if bench.selected(only, "dual"):
+        got = _dual_outs(M, K)
+        for o, fill in zip(got, (0xA5, np.nan, 0xA5, np.nan)):
+            o.copy_to_device(np.full(o.shape, fill, o.dtype))
+        quantize_tile_dual(dx, *got)
+        for label, want, o in (("dual: x", reference(x, "tile"), got[:2]),
+                               ("dual: x.T", reference(np.ascontiguousarray(x.T), "tile"), got[2:])):
+            bench.assert_codes_equal(label, o[0].copy_to_host(), want[0])
+            assert (o[1].copy_to_host() == want[1]).all(), f"{label}: scales differ"
+        out.append(("quantize_tile_dual: 1x128 tiles of x and of x.T in one pass", "bit-exact"))
     return out
+
+
+def _dual_outs(M, K):
+    """(codes, scale, codes_t, scale_t) device arrays for quantize_tile_dual of an (M, K) x."""
+    return (cuda.device_array((M, K), np.uint8), cuda.device_array((M, -(-K // 128)), np.float32),
+            cuda.device_array((K, M), np.uint8), cuda.device_array((K, -(-M // 128)), np.float32))
 
 
 def timings(rng, args) -> list:
@@ -126,6 +143,10 @@ def timings(rng, args) -> list:
         rows.append(bench.time_row("requantize 1x128 -> 128x1 (x.T)",
                                    lambda: requantize_tile_to_col(dcodes, dscale, ct, st),
                                    2 * x.size + dscale.nbytes + st.nbytes, launch=True))
+    if bench.selected(only, "dual"):
+        o = _dual_outs(M, K)
+        rows.append(bench.time_row("dual: 1x128 tiles of x and of x.T, one pass", lambda: quantize_tile_dual(dx, *o),
+                                   x.nbytes + 2 * x.size + o[1].nbytes + o[3].nbytes, launch=True))
     torch = bench.torch_cuda()
     if torch is not None and only is None:
         tx = torch.from_numpy(x).cuda()
