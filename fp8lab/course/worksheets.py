@@ -452,7 +452,7 @@ def stale_files(solutions: Path, exercises: Path) -> list[str]:
         if not p.is_file():
             stale.append(f"{p} (missing)")
         elif p.read_bytes() != data:
-            stale.append(f"{p} (differs from what {solutions / name if name != MANIFEST else solutions} generates)")
+            stale.append(f"{p} (differs from what {solutions / name if name.endswith('.ipynb') else solutions} generates)")
     if exercises.is_dir():
         for p in sorted(exercises.glob("*.ipynb")):
             if p.name not in want:
