@@ -2,11 +2,13 @@
 
 `solutions/*.ipynb` are the single source of each worksheet. Answers sit between nbgrader's markers
 `### BEGIN SOLUTION` and `### END SOLUTION` in code cells; a `### HINT: ...` line inside the region becomes the
-hint the learner sees. `exercises/*.ipynb` are generated from them; learners work in copies under `work/`,
+hint the learner sees (a direction, no code), and `### HINT2: ...` lines the second hint, which gives the answer away:
+stripped from the exercise, collected into exercises/.hints.json and printed only after a second failed check or on
+request (fp8lab.course.hints). `exercises/*.ipynb` are generated from them; learners work in copies under `work/`,
 which git ignores, so their answers never conflict with an update of the course and never break its tests:
 
     fp8lab worksheets start ws1                  # copy exercises/ws1_*.ipynb to work/ and say how to open it
-    fp8lab grade ws1                             # grade work/ws1_*.ipynb (or: fp8lab grade PATH)
+    fp8lab grade ws1 [--hints]                   # grade work/ws1_*.ipynb (or: fp8lab grade PATH)
     fp8lab worksheets build [--force] [--no-run] # instructors: regenerate exercises/ from solutions/
     fp8lab worksheets build --check              # exit 1 if exercises/ is stale (CI)
 
@@ -18,7 +20,8 @@ build
     1. runs every solution notebook headless (nbclient, kernel "python3" of this environment) and writes
        nothing if any cell fails (a solution that fails its own check must never become an exercise);
     2. replaces each answer region with its hint and `raise NotImplementedError(...)`, strips outputs and
-       execution counts, and keeps only the kernelspec and language in the notebook metadata;
+       execution counts, and keeps only the kernelspec and language in the notebook metadata; writes the second
+       hints (`### HINT2:`) of every question to exercises/.hints.json;
     3. refuses to overwrite an exercise that differs from what it generated last time (someone edited it):
        `exercises/.manifest.json` keeps the sha256 of each generated file; `--force` overwrites anyway,
        after copying each edited file to work/backup/<time>/.
@@ -28,9 +31,10 @@ grade NAME|PATH
     runs a worksheet headless (every cell, errors included) and prints one row per check call
     (fp8lab.course.check.*): passed, failed (first line of the message) or not attempted, and the first error of any
     other cell (listed, not scored). Exit status: 0 every question passed, 1 some did not, 2 not a worksheet
-    or not runnable.
+    or not runnable. `--hints` then prints the second hint (the one that gives the answer away) of each question
+    that failed; without it, a line says how to ask for them.
 
-Python API: `generate(nb)`, `build(...)`, `stale_files(...)`, `start(name)`, `resolve(name)`,
+Python API: `generate(nb)`, `second_hints(nb)`, `build(...)`, `stale_files(...)`, `start(name)`, `resolve(name)`,
 `read_notebook(path)`, `run_notebook(path)`, `grade(path)`, `main(argv)`.
 """
 
@@ -50,6 +54,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import hints
+
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 HINT = "### HINT:"
@@ -66,8 +72,7 @@ class WorksheetError(Exception):
 
 def _root() -> Path:
     """The repository root (where solutions/ lives) if this is a checkout, else the current directory."""
-    here = Path(__file__).resolve().parents[2]
-    return here if (here / "solutions").is_dir() else Path.cwd()
+    return hints.course_root()
 
 
 def _names(exercises: Path) -> list[str]:
@@ -170,6 +175,8 @@ def strip_solution(source: str, where: str = "cell") -> str:
                 region, indent = [], line[: len(line) - len(line.lstrip())]
             elif stripped == END:
                 raise WorksheetError(f"{where}: '{END}' without '{BEGIN}'")
+            elif stripped.startswith(hints.HINT2):  # outside a region it would reach the exercise
+                raise WorksheetError(f"{where}: '{hints.HINT2}' outside a '{BEGIN}' region")
             else:
                 out.append(line)
             continue
@@ -178,14 +185,32 @@ def strip_solution(source: str, where: str = "cell") -> str:
         if stripped != END:
             region.append(line)
             continue
-        hints = [ln.strip()[len(HINT):].strip() for ln in region if ln.strip().startswith(HINT)]
-        for h in hints or [DEFAULT_HINT]:
+        shown = [ln.strip()[len(HINT):].strip() for ln in region if ln.strip().startswith(HINT)]
+        for h in shown or [DEFAULT_HINT]:
             out.append(f"{indent}# Hint: {h}")
         out.append(f'{indent}raise NotImplementedError("your answer goes here: replace this line")')
         region = None
     if region is not None:
         raise WorksheetError(f"{where}: '{BEGIN}' without '{END}'")
     return "\n".join(out)
+
+
+def second_hints(nb, name: str = "notebook") -> list[dict]:
+    """[{"check": name, "hint": [lines]}] per question (questions(nb) order): the `### HINT2:` lines of the answer
+    regions it grades, those of cells up to its own since the previous question's."""
+    qs = questions(nb)
+    found = [{"check": q, "hint": []} for _, q in qs]
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        lines = [ln.strip()[len(hints.HINT2):].strip() for ln in cell.source.splitlines()
+                 if ln.strip().startswith(hints.HINT2)]
+        if lines:
+            j = next((j for j, (c, _) in enumerate(qs) if c >= i), None)
+            if j is None:
+                raise WorksheetError(f"{name}, cell {i}: '{hints.HINT2}' with no check call at or after its cell")
+            found[j]["hint"] += lines
+    return found
 
 
 def _has_solution(source: str) -> bool:
@@ -230,10 +255,15 @@ def generated_files(solutions: Path) -> dict[str, bytes]:
     """{exercise file name: bytes} for every solution notebook, plus the manifest."""
     import nbformat
 
-    files = {}
+    files, second = {}, {}
     for path in sorted(solutions.glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         files[path.name] = _dumps(generate(nb, str(path)))
+        second[path.name.split("_")[0]] = {"file": path.name, "questions": second_hints(nb, str(path))}
+    note = ("written by `fp8lab worksheets build` from the `### HINT2:` lines of solutions/; "
+            "printed by fp8lab.course.check.hint, a second failed check and `fp8lab grade --hints`")
+    second = {k: second[k] for k in sorted(second, key=lambda k: (int(k[2:]) if k[2:].isdigit() else 1 << 30, k))}
+    files[hints.FILE] = (json.dumps({"note": note, "worksheets": second}, indent=1) + "\n").encode()
     manifest = {
         "note": "written by `fp8lab worksheets build` from solutions/; sha256 of each file as generated",
         "files": {k: _sha(v) for k, v in sorted(files.items())},
@@ -422,7 +452,7 @@ def stale_files(solutions: Path, exercises: Path) -> list[str]:
         if not p.is_file():
             stale.append(f"{p} (missing)")
         elif p.read_bytes() != data:
-            stale.append(f"{p} (differs from what {solutions / name if name != MANIFEST else solutions} generates)")
+            stale.append(f"{p} (differs from what {solutions / name if name.endswith('.ipynb') else solutions} generates)")
     if exercises.is_dir():
         for p in sorted(exercises.glob("*.ipynb")):
             if p.name not in want:
@@ -493,6 +523,8 @@ def _grade_parser(sub_or_none, prog=None):
                    help="a worksheet name (ws1: your copy in work/) or a notebook's path")
     g.add_argument("--timeout", type=_positive_seconds, default=TIMEOUT_S,
                    help="seconds a cell may run before it is interrupted (default %(default)s)")
+    g.add_argument("--hints", action="store_true",
+                   help="also print the second hint, the one that gives the answer away, of each failed question")
     return g
 
 
@@ -500,6 +532,7 @@ def _grade_main(args) -> int:
     path = _gradable(args.target)
     rows = grade(path, timeout=args.timeout)
     print_grades(path, rows)
+    hints.print_for_failed(args.target, rows, args.hints, _root() / "exercises")
     return 0 if all(r["status"] == "passed" for r in rows if r["status"] != "error") else 1
 
 

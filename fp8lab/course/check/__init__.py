@@ -26,6 +26,8 @@
 
     check.lecture04.ex7(answer)                    # lecture 04, exercise 7 (every lecture: check.lectureNN.exM)
 
+    check.hint("ws5", 2)                           # the second hint of ws5's question 2: it gives the answer away
+
 Every check draws fresh random inputs, adds the edge cases that catch the usual mistakes (ties, subnormals,
 NaN, overflow, shapes that are not multiples of the block or tile), fills kernel outputs with NaN before the
 launch, and treats NaN in an output as a failure. Launch configurations live here, not in the learner's code.
@@ -34,6 +36,8 @@ Outcomes:
 - pass: prints one line, "passed: <question>: <what was checked>";
 - wrong answer: raises `CheckFailed` (an AssertionError) naming the input, the expected and the given value,
   and a hint;
+  the first failure of a question adds how to ask for its second hint, the one that gives the answer away; the
+  second failure of the same question in this process (kernel session) prints that hint once (fp8lab.course.hints);
 - not attempted (the answer still raises NotImplementedError): raises `NotAttempted` (an AssertionError)
   whose message starts with "not attempted yet".
 
@@ -48,7 +52,7 @@ right answer prints "passed: ..."; a wrong one raises CheckFailed with the hint 
 never states the answer); outcomes are recorded like the worksheets' ("lecture04.ex7", ...).
 """
 
-from ._core import REPORT_ENV, CheckFailed, NotAttempted
+from ._core import REPORT_ENV, CheckFailed, NotAttempted, hint
 from .ws1 import decode_e4m3, encode_e4m3
 from .ws2 import RMSNORM_EPS, RMSNORM_THREADS, rmsnorm_forward_kernel
 from .ws3 import GEMM_TILE, tiled_gemm_kernel
@@ -66,6 +70,7 @@ __all__ = [
     "CheckFailed",
     "NotAttempted",
     "REPORT_ENV",
+    "hint",
     "RMSNORM_THREADS",
     "RMSNORM_EPS",
     "GEMM_TILE",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import collections
 import functools
 import inspect
 import json
@@ -13,6 +14,7 @@ import numpy as np
 
 from ...numerics import formats, spec
 from ...device import runtime
+from .. import hints
 
 REPORT_ENV = "FP8LAB_CHECK_REPORT"
 
@@ -50,12 +52,46 @@ def question(body):
             raise
         except CheckFailed as e:
             record(name, "failed", str(e))
+            more = after_failure(name)
+            if more:
+                e.args = (f"{e}\n{more}",)
             raise
         record(name, "passed", detail)
         print(f"passed: {name}: {detail}")
         return None
 
     return run
+
+
+_FAILURES: collections.Counter = collections.Counter()  # failed checks per question, in this process
+
+
+def after_failure(question: str) -> str:
+    """Count a failure of `question`. The second one prints its second hint (the one that gives the answer away);
+    returns a line for the failure's message saying how to ask for it ("" if there is none to ask for)."""
+    _FAILURES[question] += 1
+    try:
+        found = [f for f in hints.for_check(hints.load(), question) if f[3]]
+    except FileNotFoundError:
+        return ""
+    if not found:
+        return ""
+    ws, number = found[0][:2]
+    if _FAILURES[question] == 2:
+        for f in found:
+            print(hints.describe(*f))
+        return f"(the second hint above gives the answer away; {hints.call(ws, number)} prints it again)"
+    if _FAILURES[question] == 1:
+        return (f"still stuck? {hints.call(ws, number)} prints a hint that gives the answer away (a second failed "
+                "check prints it too)")
+    return f"{hints.call(ws, number)} prints the hint that gives the answer away again"
+
+
+def hint(worksheet, question) -> None:
+    """Print the second hint, the one that gives the answer away, of `question` of `worksheet`: check.hint("ws5", 2)
+    for ws5's question 2 (numbered in the order the worksheet calls its checks, as `fp8lab grade` lists them), or
+    check.hint("ws5", "cvt_e4m3x2_intrinsic") by the check's name. ValueError/TypeError naming the bad argument."""
+    print(hints.describe(*hints.lookup(hints.load(), worksheet, question)))
 
 
 def not_attempted_message(question: str, answer, raised: str = "") -> str:

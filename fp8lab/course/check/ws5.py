@@ -26,11 +26,12 @@ def mma_a_fragment(fn, rng=None):
         for i in range(16):
             got = tuple(int(v) for v in fn(lane, i))
             if got != tuple(int(v) for v in want[lane, i]):
-                g, t = lane >> 2, lane & 3
-                fail(q, [f"lane {lane}, value {i}: got {got}, expected {tuple(want[lane, i].tolist())}"],
-                     f"with g = lane >> 2 = {g} and t = lane & 3 = {t}: value i sits in register i >> 2 (byte i & 3); "
-                     "registers 0 and 2 cover rows g, registers 1 and 3 rows g + 8; registers 2 and 3 cover k "
-                     "16..31; inside a register the four bytes are consecutive k from 4t")
+                g, t, r = lane >> 2, lane & 3, i >> 2
+                rule = (f"the row is wrong: register r = i >> 2 = {r} holds row g (r = 0, 2) or g + 8 (r = 1, 3), "
+                        f"g = lane >> 2 = {g}" if got[:1] != tuple(want[lane, i].tolist())[:1] else
+                        f"k is wrong: register r = i >> 2 = {r} covers k from 4t (r = 0, 1) or 16 + 4t (r = 2, 3), "
+                        f"t = lane & 3 = {t}, and byte i & 3 = {i & 3} is the place inside those four")
+                fail(q, [f"lane {lane}, value {i}: got {got}, expected {tuple(want[lane, i].tolist())}"], rule)
             seen.add(got)
     return "every lane's 16 values at the PTX ISA's (row, k); together they cover the 16 x 32 matrix once"
 
@@ -124,13 +125,23 @@ def _inline_asm_of(q, intrinsic_fn) -> str:
              "builder.call it with the two float32 arguments")
     asm = calls[0].callee
     text = " ".join(asm.asm.split())
-    if not text.startswith("cvt.rn.satfinite.e4m3x2.f32") or "$0, $1, $2" not in text:
-        fail(q, [f"the inline assembly is {asm.asm!r}"], "write 'cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;': the "
-             "destination first, then hi, then lo ($n numbers the operands: outputs, then inputs)")
+    if not text.startswith("cvt.rn.satfinite.e4m3x2.f32 "):
+        fail(q, [f"the inline assembly is {asm.asm!r}: its instruction is not cvt.rn.satfinite.e4m3x2.f32"],
+             "the instruction names the rounding (.rn), the saturation (.satfinite), the destination pair (.e4m3x2) "
+             "and the source type (.f32), in that order, as the PTX ISA spells it")
+    if "$0, $1, $2" not in text:
+        fail(q, [f"the inline assembly is {asm.asm!r}: its operands are not the destination, then hi, then lo"],
+             "$n numbers the operands of the call: outputs first, then the inputs in the order builder.call passes "
+             "them; PTX writes the destination first")
     operands = [c for c in asm.constraint.replace(" ", "").split(",") if not c.startswith("~")]  # clobbers: optional
-    if operands != ["=h", "f", "f"]:
-        fail(q, [f"the constraints are {asm.constraint!r}"], "'=h,f,f': the result is a 16-bit register (h), "
-             "written (=); both inputs are .f32 registers (f)")
+    roles = ["$0, the result (a 16-bit register, written)", "$1, hi (a .f32 input)", "$2, lo (a .f32 input)"]
+    if len(operands) != 3:
+        fail(q, [f"the constraints are {asm.constraint!r}: {len(operands)} operand(s), expected 3 (one output, two "
+                 "inputs)"], "one constraint per operand, separated by commas, outputs first")
+    wrong = [f"{role} has {c!r}" for role, c, want in zip(roles, operands, ["=h", "f", "f"]) if c != want]
+    if wrong:
+        fail(q, [f"the constraints are {asm.constraint!r}: " + "; ".join(wrong)],
+             "a letter per operand from the list above says its register class; '=' marks the one written")
     return text
 
 

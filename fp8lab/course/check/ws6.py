@@ -280,8 +280,8 @@ def memory_per_device(fn, rng=None):
         if stages != want_stages:
             fail(q, [f"{what}: stages held per device {stages}, expected {want_stages}"],
                  "device s runs pipeline stage s for micro-batches that enter at device 0 (direction 0) and stage "
-                 "PP-1-s for those entering at the last device (direction 1); count the distinct stages: "
-                 "{s if e.direction == 0 else PP-1-s for e in events} (an FB's backward half: e.b_direction). "
+                 "PP-1-s for those entering at the last device (direction 1); count the distinct stages over the "
+                 "device's events (an FB's backward half has a direction of its own: e.b_direction). "
                  "Two stages are two sets of weights: DualPipe's 2x parameters" if tl.schedule == "dualpipe" else
                  "a single-direction schedule runs one stage per device: every event's direction is 0")
         want = list(tl.peak_activations)
