@@ -204,3 +204,7 @@ def test_the_untrimmed_set_only_shrinks(measured):
     done = sorted(name for name, m in measured.items() if name[:2] in NOT_YET_TRIMMED and meets(m))
     assert not done, (f"{done} now meet the targets: remove them from NOT_YET_TRIMMED in tests/test_prose.py\n"
                       + table(measured))
+
+
+if __name__ == "__main__":  # python tests/test_prose.py: the table, without running the tests
+    print(table({p.stem: measure(p) for p in LECTURES}))
