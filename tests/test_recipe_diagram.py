@@ -58,7 +58,7 @@ def test_fp8_deepseek_reads_as_the_report_describes():
     assert "1×128 tiles" in flow["x"]["how"] and "128×128 blocks" in flow["W"]["how"]
     assert flow["Wᵀ"]["reuses"] == "fprop.b" and "exact" in flow["Wᵀ"]["how"]
     assert flow["xᵀ"]["reuses"] == "fprop.a" and "re-tile" in flow["xᵀ"]["how"]
-    assert flow["dyᵀ"]["reuses"] is None and "128×1" in flow["dyᵀ"]["how"]  # quantized afresh along the tokens
+    assert flow["dyᵀ"]["reuses"] is None and "(128×1 of dy)" in flow["dyᵀ"]["how"]  # quantized afresh along the tokens
     flow32 = plotting.recipe_flow("fp32")
     assert all(f["reuses"] is None and f["precision"] == "fp32" for f in flow32)
 

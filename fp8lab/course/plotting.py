@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..device.hardware import H100_FP32_TFLOPS
+from ..numerics import recipes
 
 BOEHM_A6000 = {1: 1.3, 2: 8.5, 3: 12.8, 4: 36.5, 5: 68.7, 6: 78.4}
 """Boehm's published SGEMM ladder (RTX A6000, 4092^2, percent of cuBLAS; "How to Optimize a CUDA Matmul Kernel for
@@ -154,15 +155,16 @@ _SOURCES = {"x": "x", "W": "W (master)", "dy": "dy", "Wᵀ": "W (master)", "dy�
 _REUSE = {"dgrad.b": "fprop.b", "wgrad.a": "dgrad.a", "wgrad.b": "fprop.a"}
 
 
-def _cast(op, pow2: bool, transposed: bool) -> str:
-    """How a float32 tensor becomes the operand `op` (a recipes.Operand); transposed: the operand is a transpose."""
+def _cast(op, pow2: bool, transposed: str | None) -> str:
+    """How a float32 tensor becomes the operand `op` (a recipes.Operand); transposed: the name of the tensor whose
+    transpose the operand is, or None."""
     if not op.fp8:
         text = "none (FP32)" if op.precision == "fp32" else "round to BF16"
         return "transpose" + ("" if op.precision == "fp32" else ", " + text) if transposed else text
     grain = _GRAIN[op.granularity] + (", 2^k scales" if pow2 and op.granularity != "tensor" else "")
     text = f"quantize to {PRECISION_NAMES[op.precision]},\n{grain}"
     if transposed:
-        text = "transpose, " + text + (" (128×1 before)" if op.granularity == "tile" else "")
+        text = "transpose, " + text + (f" (128×1 of {transposed})" if op.granularity == "tile" else "")
     return text
 
 
@@ -173,15 +175,13 @@ def recipe_flow(recipe) -> list[dict]:
     granularity (the recipe's Operand), source (what it is made from: a float32 tensor, or codes another GEMM made),
     source_precision, how (the cast, an exact transpose of codes, or the re-tiling of Fprop's codes of x), reuses
     (the "gemm.side" key of the operand whose codes it reuses, or None)."""
-    from ..numerics import recipes
-
     r = recipes.get(recipe)
     ops = r.operands()
     out = []
     for gemm, formula, name_a, name_b, _ in _GEMM_ROWS:
         for side, name in (("a", name_a), ("b", name_b)):
             key, op = f"{gemm}.{side}", ops[f"{gemm}.{side}"]
-            how, reuses = _cast(op, r.pow2_scales, name.endswith("ᵀ")), None
+            how, reuses = _cast(op, r.pow2_scales, name[:-1] if name.endswith("ᵀ") else None), None
             src = _REUSE.get(key)
             if key == "wgrad.b" and r.wgrad_x_from_fprop:
                 how, reuses = "re-tile 1×128 → 128×1\n(decode, re-quantize)", src
@@ -209,8 +209,6 @@ def plot_recipe(recipe, ax=None, path=None):
     path: also save it there (PNG)."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch, Patch
-
-    from ..numerics import recipes
 
     r = recipes.get(recipe)
     flow = recipe_flow(r)
