@@ -13,6 +13,7 @@ import pytest
 import fp8lab as fl
 from fp8lab.numerics import formats
 from fp8lab.comm import moe
+from fp8lab.comm.moe_reference import PLAN_CASES
 
 
 def _inputs(rng, tokens, hidden, experts, top_k):
@@ -124,6 +125,57 @@ def test_linear_experts_reference_matches_float64(rng):
             want[t] += float(gates[t, j]) * y
             mag[t] += abs(float(gates[t, j])) * np.abs(y)
     assert np.all(np.abs(got - want) <= (k + 2) * 2.0 ** -23 * mag)
+
+
+def _loop_plan(expert_ids, experts, world_size):
+    """The send plan by plain loops: each token once to each rank holding one of its experts."""
+    per_rank = experts // world_size
+    plan = [([], []) for _ in range(world_size)]
+    for t, row in enumerate(expert_ids):
+        for r in range(world_size):
+            here = [int(e) if e // per_rank == r else -1 for e in row]
+            if max(here) >= 0:
+                plan[r][0].append(t)
+                plan[r][1].append(here)
+    return plan
+
+
+def test_send_plan_matches_a_loop(rng):
+    T, E, k, W = 29, 12, 3, 4
+    ids, _ = moe.route(rng.standard_normal((T, E)), k)
+    got = moe.send_plan(ids, E, W)
+    for (rows, local), (want_rows, want_local) in zip(got, _loop_plan(ids, E, W)):
+        assert rows.dtype == np.int64 and local.dtype == np.int32 and local.shape == (len(rows), k)
+        assert rows.tolist() == want_rows and local.tolist() == want_local
+    assert sum(len(r) for r, _ in got) < T * k  # some token has two experts on one rank: sent there once
+
+
+def test_try_send_plan_passes_a_right_plan_and_names_a_wrong_one(rng):
+    rows = moe.try_send_plan(_loop_plan, rng=rng)
+    assert [c for c, _ in rows] == [f"{T} tokens, {E} experts on {W} ranks, top-{k}" for T, E, W, k in PLAN_CASES]
+    assert all("equal to the library's" in r for _, r in rows)
+
+    def per_expert(expert_ids, experts, world_size):  # a token sent once per expert, not once per rank
+        plan = [([], []) for _ in range(world_size)]
+        for t, row in enumerate(expert_ids):
+            for j, e in enumerate(row):
+                r = int(e) // (experts // world_size)
+                plan[r][0].append(t)
+                plan[r][1].append([int(e) if i == j else -1 for i in range(len(row))])
+        return plan
+
+    with pytest.raises(AssertionError, match=r"rank \d+ should get \d+ token rows, yours sends \d+"):
+        moe.try_send_plan(per_expert, rng=rng)
+
+    def all_slots(expert_ids, experts, world_size):  # the right rows, but every slot's expert id
+        return [(r, np.asarray(expert_ids)[r]) for r, _ in moe.send_plan(expert_ids, experts, world_size)]
+
+    with pytest.raises(AssertionError, match=r"local expert ids should be"):
+        moe.try_send_plan(all_slots, rng=rng)
+    with pytest.raises(AssertionError, match=r"one \(rows, local_ids\) pair per rank"):
+        moe.try_send_plan(lambda ids, e, w: [], rng=rng)
+    with pytest.raises(TypeError, match=r"^fn must be a function"):
+        moe.try_send_plan(None)
 
 
 def test_reference_dispatch_matches_a_loop(rng):

@@ -174,6 +174,66 @@ def test_streams_errors_name_the_argument(kwargs, exc, words):
         ov.streams(**kwargs)
 
 
+def _two_streams(copy, gemm):
+    a, b = cuda.stream(), cuda.stream()
+    copy(a)
+    gemm(b)
+
+
+def _one_stream_gemm_first(copy, gemm):
+    s = cuda.stream()
+    gemm(s)
+    copy(s)
+
+
+@pytest.mark.parametrize("issue,streams,order", [(_two_streams, 2, ["H2D", "GEMM"]),
+                                                 (_one_stream_gemm_first, 1, ["GEMM", "H2D"])], ids=str)
+def test_try_overlap_runs_your_plan_and_the_one_stream_run(rng, issue, streams, order):
+    r = streams_experiment.try_overlap(issue, (5, 9, 100), 64, repeat=2, rng=rng)
+    assert r.streams == streams and r.gemm == (5, 9, 100) and r.h2d_bytes == 64
+    assert [op.name for op in r.runs["one stream"]] == ["H2D", "GEMM"]
+    assert [op.name for op in r.runs["yours"]] == order
+    assert [op.stream for op in r.runs["one stream"]] == [0, 0]
+    assert sorted({op.stream for op in r.runs["yours"]}) == list(range(streams))
+    measured = not runtime.IS_SIM
+    assert all((op.start_ms is not None) == measured for ops in r.runs.values() for op in ops)
+    assert (r.gain is not None) == measured
+    head, body = r.tables()[0].columns(None)
+    assert head == ["run", "op", "stream", "start - end", "rate"] and len(body) == 2 * 3 + 1
+    if runtime.IS_SIM:
+        assert [row[3] for row in body] == ["not measured"] * 7
+
+
+def test_try_overlap_catches_a_gemm_that_writes_nothing(rng, monkeypatch):
+    monkeypatch.setattr(streams_experiment, "launch_gemm", lambda *args, **kwargs: None)
+    with pytest.raises(AssertionError, match="NaN in the GEMM output"):
+        streams_experiment.try_overlap(_two_streams, (5, 9, 100), 64, repeat=1, rng=rng)
+
+
+def test_try_overlap_catches_a_copy_that_moves_nothing(rng, monkeypatch):
+    real = streams_experiment.timed_on_streams
+
+    def without_copies(calls, repeat):  # the H2D op (issued first here) replaced by nothing: the poison must show
+        return real([(fn, s) if i else (lambda s: None, s) for i, (fn, s) in enumerate(calls)], repeat)
+
+    monkeypatch.setattr(streams_experiment, "timed_on_streams", without_copies)
+    with pytest.raises(AssertionError, match="the H2D copy did not deliver"):
+        streams_experiment.try_overlap(_two_streams, (5, 9, 100), 64, repeat=1, rng=rng)
+
+
+@pytest.mark.parametrize("issue,exc,words", [
+    (None, TypeError, r"^issue must be a function issue\(copy, gemm\)"),
+    (lambda copy, gemm: (copy(cuda.stream()), copy(cuda.stream()), gemm(cuda.stream())), ValueError,
+     r"^issue must call copy\(stream\) once and gemm\(stream\) once, got copy 2 and gemm 1 times"),
+    (lambda copy, gemm: copy(cuda.stream()), ValueError, r"got copy 1 and gemm 0 times"),
+    (lambda copy, gemm: (copy(), gemm(cuda.stream())), TypeError, r"^copy\(stream\): stream must be a CUDA stream"),
+    (lambda copy, gemm: (copy(cuda.stream()), gemm(3)), TypeError, r"^gemm\(stream\): stream must be a CUDA stream"),
+], ids=["not callable", "copy twice", "no gemm", "no stream", "not a stream"])
+def test_try_overlap_errors_name_what_issue_did(rng, issue, exc, words):
+    with pytest.raises(exc, match=words):
+        streams_experiment.try_overlap(issue, (5, 9, 100), 64, repeat=1, rng=rng)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # experiment 2: the SM budget
 # ---------------------------------------------------------------------------------------------------------------
@@ -298,7 +358,7 @@ def test_overlap_keeps_the_public_names_of_both_experiments():
     for name in ("copy_kernel", "copy_persistent", "COPY_UNROLL", "COPY_THREADS", "COPY_SMEM", "Split",
                  "SmBudgetResult", "sm_budget", "plot_sm_budget"):
         assert getattr(ov, name) is getattr(budget_experiment, name), name
-    for name in ("TimedOp", "StreamsResult", "streams", "plot_timeline"):
+    for name in ("TimedOp", "StreamsResult", "streams", "plot_timeline", "OverlapTry", "try_overlap"):
         assert getattr(ov, name) is getattr(streams_experiment, name), name
 
 
@@ -333,6 +393,17 @@ def test_gpu_streams_realistic_sizes_are_timed_in_order(rng):
     r = ov.streams(repeat=2, rng=rng)  # 4096 x 7168 x 16384 and 64 MiB each way
     r.check()
     assert all(op.start_ms is not None and op.ms >= 0 for ops in r.runs.values() for op in ops)
+    assert r.gain is not None and r.gain > 0
+
+
+@pytest.mark.gpu
+def test_gpu_try_overlap_realistic_sizes_are_timed(rng):
+    r = streams_experiment.try_overlap(_two_streams, repeat=2, rng=rng)  # 4096 x 7168 x 16384 and 64 MiB
+    assert r.streams == 2 and r.gemm == ov.SIZES["gpu"]["streams"]["gemm"]
+    for ops in r.runs.values():
+        assert all(op.start_ms is not None and -ov.EVENT_TOLERANCE_MS <= op.start_ms <= op.end_ms for op in ops)
+    one = r.runs["one stream"]
+    assert one[1].start_ms >= one[0].end_ms - ov.EVENT_TOLERANCE_MS  # one stream: the GEMM waits for the copy
     assert r.gain is not None and r.gain > 0
 
 

@@ -3,6 +3,7 @@ costs at DeepSeek-V3's size (arXiv 2412.19437: routing 2.1.2, all-to-all 3.2.2, 
 
 - `route`: expert ids and gate weights per token from router logits (sigmoid + normalisation over the selected,
   as DeepSeek-V3; or softmax, as DeepSeek-V2), optionally node-limited;
+- `send_plan`: which token rows the dispatch sends to which rank (`try_send_plan` checks your own against it);
 - `reference_moe`, `reference_dispatch`: the MoE layer's output and what every rank receives, in NumPy, without
   communication;
 - `dispatch`, `run_experts`, `combine`: the same through `torch.distributed.all_to_all_single`, one code path for
@@ -25,10 +26,11 @@ from .moe_alltoall import (BACKENDS, AllToAllResult, DispatchHandle, alltoall_in
                            run_alltoall, run_experts)
 from .moe_cost import CommCost, comm_cost, plot_comm_cost
 from .moe_reference import (FMT, SCORES, TILE, LinearExperts, Received, dequantize_tokens, expert_rank,
-                            fp8_error_bound, quantize_tokens, reference_dispatch, reference_moe, route)
+                            fp8_error_bound, quantize_tokens, reference_dispatch, reference_moe, route, send_plan,
+                            try_send_plan)
 
 __all__ = [
-    "SCORES", "BACKENDS", "route", "expert_rank", "quantize_tokens", "dequantize_tokens", "LinearExperts",
+    "SCORES", "BACKENDS", "route", "expert_rank", "send_plan", "try_send_plan", "quantize_tokens", "dequantize_tokens", "LinearExperts",
     "reference_moe", "reference_dispatch", "fp8_error_bound", "Received", "DispatchHandle", "dispatch",
     "run_experts", "combine", "free_port", "alltoall_inputs", "AllToAllResult", "run_alltoall", "CommCost",
     "comm_cost", "plot_comm_cost",

@@ -23,7 +23,7 @@ from .. import _validate as V
 from ..numerics import spec
 from .moe_reference import (LinearExperts, Received, apply_expert, check_expert_ids, check_gates, check_placement,
                             check_seed, check_tokens, dequantize_tokens, fp8_error_bound, quantize_tokens,
-                            reference_moe, route, weighted_sum)
+                            reference_moe, route, send_plan, weighted_sum)
 
 BACKENDS = ("gloo", "nccl")
 # Fill values of receive buffers: a row the all-to-all failed to write shows up as NaN or an invalid expert id.
@@ -132,12 +132,11 @@ def dispatch(x, expert_ids, experts: int, *, group=None, device=None) -> tuple[R
 
     t0 = time.perf_counter()
     codes, scales = quantize_tokens(x)
-    dest = ids // (experts // world_size)
-    rows_to = [np.flatnonzero((dest == r).any(axis=1)) for r in range(world_size)]
-    rows = np.concatenate(rows_to)
-    send_counts = np.array([len(r) for r in rows_to], np.int64)
+    plan = send_plan(ids, experts, world_size)  # each token once to every rank that holds one of its experts
+    rows = np.concatenate([r for r, _ in plan])
+    local_ids = np.concatenate([ids_r for _, ids_r in plan])
+    send_counts = np.array([len(r) for r, _ in plan], np.int64)
     to_rank = np.repeat(np.arange(world_size), send_counts)
-    local_ids = np.where(dest[rows] == to_rank[:, None], ids[rows], -1)
     meta = np.concatenate([rows[:, None], local_ids], axis=1).astype(np.int32)
     send_codes, send_scales = codes[rows], scales[rows]
     t1 = time.perf_counter()

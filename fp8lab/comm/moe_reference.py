@@ -4,6 +4,7 @@
 - `route`: expert ids and gate weights per token from router logits (sigmoid + normalisation over the selected,
   as DeepSeek-V3; or softmax, as DeepSeek-V2), optionally node-limited; `expert_rank`: where each expert lives;
 - `quantize_tokens`, `dequantize_tokens`: tokens as E4M3 codes with one scale per 1x128 tile, fp8lab's NumPy spec;
+- `send_plan`: which token rows go to which rank (`try_send_plan` checks yours against it);
 - `reference_moe`, `reference_dispatch`: the MoE layer's output and what every rank receives;
 - `LinearExperts`, `fp8_error_bound`: the lecture's experts and a bound on the FP8 path's error through them;
 - `check_placement`, `check_expert_ids`, `check_tokens`, `check_gates`, `check_seed`, `apply_expert`,
@@ -247,6 +248,63 @@ class Received:
     token: np.ndarray
 
 
+def send_plan(expert_ids, experts: int, world_size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Where the dispatch sends each token (DeepSeek-V3, section 3.2.2: a token travels once to each place that
+    holds its experts): for each rank r, (rows, local_ids): rows int64, the tokens with at least one expert on r,
+    in token order (each once, however many of its experts live there); local_ids int32 (len(rows), top_k): the
+    token's expert id in each slot whose expert lives on r, -1 in its other slots. `dispatch` and
+    `reference_dispatch` both send by it."""
+    experts, world_size = check_placement(experts, world_size)
+    ids = check_expert_ids("expert_ids", expert_ids, None, experts)
+    dest = ids // (experts // world_size)
+    plan = []
+    for r in range(world_size):
+        rows = np.flatnonzero((dest == r).any(axis=1))
+        plan.append((rows.astype(np.int64), np.where(dest[rows] == r, ids[rows], -1).astype(np.int32)))
+    return plan
+
+
+PLAN_CASES = ((37, 8, 2, 2), (50, 16, 4, 4), (23, 12, 3, 5), (64, 8, 8, 1))
+"""try_send_plan's routings: (tokens, experts, world_size, top_k); token counts that split unevenly."""
+
+
+def try_send_plan(fn, *, rng=None) -> list[tuple[str, str]]:
+    """Check your send plan: fn(expert_ids, experts, world_size) must return what `send_plan` returns (for each
+    rank, the rows it sends there and their local expert ids, as arrays or lists) on random routings (`route` of
+    fresh logits) for each of PLAN_CASES. Returns one (case, result) row per case; AssertionError naming the case,
+    the rank and the first difference otherwise."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function fn(expert_ids, experts, world_size), got {V.describe(fn)}")
+    rng = np.random.default_rng() if rng is None else rng
+    rows_out = []
+    for T, E, W, k in PLAN_CASES:
+        ids, _ = route(rng.standard_normal((T, E)), k)
+        want = send_plan(ids, E, W)
+        got = fn(ids.copy(), E, W)
+        case = f"{T} tokens, {E} experts on {W} ranks, top-{k}"
+        if not isinstance(got, (list, tuple)) or len(got) != W:
+            raise AssertionError(f"{case}: your plan must have one (rows, local_ids) pair per rank ({W}), got "
+                                 f"{V.describe(got)}")
+        for r, ((rows, local), pair) in enumerate(zip(want, got)):
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+                raise AssertionError(f"{case}: rank {r}: expected a pair (rows, local_ids), got {V.describe(pair)}")
+            g_rows, g_local = np.asarray(pair[0]).reshape(-1), np.asarray(pair[1]).reshape(-1, k)
+            if g_rows.shape != rows.shape or not np.array_equal(g_rows, rows):
+                n = min(len(g_rows), len(rows))
+                i = next((j for j in range(n) if g_rows[j] != rows[j]), n)
+                raise AssertionError(f"{case}: rank {r} should get {len(rows)} token rows, yours sends {len(g_rows)}; "
+                                     f"first difference at position {i}: library "
+                                     f"{rows[i] if i < len(rows) else 'nothing'}, yours "
+                                     f"{g_rows[i] if i < len(g_rows) else 'nothing'}")
+            if g_local.shape != local.shape or not np.array_equal(g_local, local):
+                i = int(np.argmax((g_local != local).any(axis=1))) if g_local.shape == local.shape else 0
+                raise AssertionError(f"{case}: rank {r}, token {rows[i]}: local expert ids should be "
+                                     f"{local[i].tolist()}, yours {g_local[i].tolist() if len(g_local) else []}")
+        sent = [len(r) for r, _ in want]
+        rows_out.append((case, f"rows per rank {sent} ({T * k} (token, expert) pairs): equal to the library's"))
+    return rows_out
+
+
 def reference_dispatch(x, expert_ids, experts: int, world_size: int) -> list[Received]:
     """What each rank must receive (list index = rank) when the tokens x (T, H) of all ranks, split as
     np.array_split(range(T), world_size), are dispatched to the experts expert_ids (T, top_k); no communication."""
@@ -254,16 +312,13 @@ def reference_dispatch(x, expert_ids, experts: int, world_size: int) -> list[Rec
     experts, world_size = check_placement(experts, world_size)
     ids = check_expert_ids("expert_ids", expert_ids, x.shape[0], experts)
     codes, scales = quantize_tokens(x)
-    dest = ids // (experts // world_size)
     sizes = [len(c) for c in np.array_split(np.arange(x.shape[0]), world_size)]
     source_of = np.repeat(np.arange(world_size, dtype=np.int64), sizes)
     first = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     out = []
-    for r in range(world_size):
-        rows = np.flatnonzero((dest == r).any(axis=1))  # global token order = (source rank, token)
+    for rows, local_ids in send_plan(ids, experts, world_size):  # global token order = (source rank, token)
         source = source_of[rows]
-        out.append(Received(codes[rows], scales[rows], np.where(dest[rows] == r, ids[rows], -1).astype(np.int32),
-                            source, rows - first[source]))
+        out.append(Received(codes[rows], scales[rows], local_ids, source, rows - first[source]))
     return out
 
 

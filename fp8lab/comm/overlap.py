@@ -6,7 +6,8 @@ of the H800's 132 SMs to the communication kernels. Two experiments measure both
 - `streams()` (fp8lab/comm/streams.py): the FP8 GEMM (fp8_gemm version 7) and copies of pinned host memory to and
   from the GPU (H2D, D2H), issued one after another on one stream, then each on its own stream: the copy engines
   move bytes while the SMs compute. Every operation is timed with CUDA events against one start event;
-  `plot_timeline` draws them.
+  `plot_timeline` draws them. `try_overlap(issue)`: your own plan (a copy and the GEMM on the streams you choose),
+  verified and timed against both on one stream.
 - `sm_budget()` (fp8lab/comm/sm_budget.py): the persistent GEMM (version 7) on `sms` SMs, alone and beside
   `copy_persistent` (a bandwidth-bound stand-in for a communication kernel, one block per SM) on the SMs left over,
   on a second stream: GEMM TFLOP/s and copy GB/s for each split, and what giving 20 SMs away costs the GEMM;
@@ -32,12 +33,12 @@ from . import streams as streams_experiment
 from .overlap_common import CHECK_SIZES, EVENT_TOLERANCE_MS, GIVEN_SMS, NOT_MEASURED, SIZES, default_splits
 from .sm_budget import (COPY_SMEM, COPY_THREADS, COPY_UNROLL, SmBudgetResult, Split, copy_kernel, copy_persistent,
                         plot_sm_budget, sm_budget)
-from .streams import StreamsResult, TimedOp, plot_timeline, streams
+from .streams import OverlapTry, StreamsResult, TimedOp, plot_timeline, streams, try_overlap
 
 __all__ = [
     "GIVEN_SMS", "SIZES", "CHECK_SIZES", "NOT_MEASURED", "EVENT_TOLERANCE_MS", "default_splits", "COPY_THREADS",
     "COPY_SMEM", "COPY_UNROLL", "copy_kernel", "copy_persistent", "TimedOp", "StreamsResult", "streams",
-    "plot_timeline", "Split", "SmBudgetResult", "sm_budget", "plot_sm_budget", "OPTIONS", "recording", "recorded",
+    "plot_timeline", "OverlapTry", "try_overlap", "Split", "SmBudgetResult", "sm_budget", "plot_sm_budget", "OPTIONS", "recording", "recorded",
     "checks", "timings", "main",
 ]
 

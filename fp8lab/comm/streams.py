@@ -4,6 +4,8 @@
 a copy back (D2H), one after another on one stream, then each on its own stream: the copy engines move bytes while
 the SMs compute. It times every operation with CUDA events against one start event and verifies every output;
 `plot_timeline` draws the two runs. Under the simulator it runs at tiny sizes and times nothing (times None).
+`try_overlap(issue)` is the hands-on version: your function puts a copy and the GEMM on the streams it chooses; it is
+checked and timed against both on one stream.
 `fp8lab bench overlap` (`fp8lab.comm.overlap`) runs it with experiment 2 (`fp8lab.comm.sm_budget`).
 """
 
@@ -160,6 +162,102 @@ def streams(gemm=None, h2d_bytes=None, d2h_bytes=None, *, repeat: int = 5, rng=N
     result = StreamsResult((M, N, K), 4 * n_in, 4 * n_out, runs)
     result.check()
     return result
+
+
+@dataclasses.dataclass
+class OverlapTry:
+    """`try_overlap()`: runs["one stream"] (the library's: the copy, then the GEMM, on one stream) and runs["yours"]
+    (the same ops on the streams your function chose, in its order); `streams` counts your distinct streams."""
+
+    gemm: tuple
+    h2d_bytes: int
+    streams: int
+    runs: dict
+
+    def total_ms(self, mode: str) -> float | None:
+        """From the start event to the end of the last op of run `mode`; None when not measured."""
+        ends = [op.end_ms for op in self.runs[mode]]
+        return None if None in ends else max(ends)
+
+    @property
+    def gain(self) -> float | None:
+        """one-stream total / your total (1 = no gain); None when not measured."""
+        s, o = self.total_ms("one stream"), self.total_ms("yours")
+        return None if s is None or o is None else s / o
+
+    def tables(self) -> list:
+        M, N, K = self.gemm
+        cells = []
+        for mode, ops in self.runs.items():
+            for op in ops:
+                span = "not measured" if op.start_ms is None else f"{op.start_ms:.3f} - {op.end_ms:.3f} ms"
+                cells.append([mode, op.name, op.stream, span, rate_text(op.work, op.ms, op.unit)])
+            cells.append([mode, "total", "-", ms_text(self.total_ms(mode)), "-"])
+        g = self.gain
+        cells.append(["gain", "one stream / yours", "-", "not measured" if g is None else f"{g:.2f}x", "-"])
+        title = (f"Your overlap: H2D {size_text(self.h2d_bytes)} (pinned) and FP8 GEMM {M}x{N}x{K} (fp8_gemm v7) on "
+                 f"{self.streams} stream{'s' if self.streams > 1 else ''}, against both on one stream")
+        return [bench.Table(title, None, header=["run", "op", "stream", "start - end", "rate"], cells=cells)]
+
+
+def try_overlap(issue, gemm=None, h2d_bytes=None, *, repeat: int = 5, rng=None) -> OverlapTry:
+    """Your overlap of a copy with a GEMM, checked and timed. issue(copy, gemm) must call copy(stream) once (pinned
+    host memory to the GPU) and gemm(stream) once (fp8_gemm version 7 on every SM), each with a stream it makes
+    (`cuda.stream()`), in the order it wants them issued. Both outputs are poisoned before and verified after.
+    On a GPU each op is timed with CUDA events on its stream, from one start event (median of `repeat` runs), and
+    so are the same ops on one stream; under the simulator nothing is timed (times None).
+
+    gemm: (M, N, K), h2d_bytes (a multiple of 16): None for streams()'s sizes. TypeError/ValueError naming what
+    issue did wrong (not callable; an op called twice, never, or without a stream)."""
+    if not callable(issue):
+        raise TypeError(f"issue must be a function issue(copy, gemm) that calls copy(stream) and gemm(stream), got "
+                        f"{V.describe(issue)}")
+    size = SIZES[runtime.backend]["streams"]
+    M, N, K = check_shape("gemm", size["gemm"] if gemm is None else gemm)
+    n = check_bytes("h2d_bytes", size["h2d_bytes"] if h2d_bytes is None else h2d_bytes) // 4
+    repeat = V.positive_int("repeat", repeat)
+    rng = np.random.default_rng() if rng is None else rng
+    fg.check_device(7)
+    host = cuda.pinned_array(n, np.float32)
+    host[:] = rng.standard_normal(n, dtype=np.float32)
+    dev = cuda.device_array(n, np.float32)
+    qa, qb, flops = gemm_operands(rng, M, N, K)
+    y = cuda.device_array((M, N), np.float32)
+    sms = min(fg.device_sms(), fg.tiles(M, N))
+    ops = {"H2D": (lambda s: dev.copy_to_device(host, stream=s), 4.0 * n, "GB/s"),
+           "GEMM": (lambda s: launch_gemm(qa, qb, y, sms=sms, stream=s), flops, "TFLOP/s")}
+
+    plan = []  # what issue asks for: (op name, stream), in its order; the ops run later, timed
+
+    def asker(name):
+        def call(stream=None):
+            if stream is None or not callable(getattr(stream, "synchronize", None)):
+                raise TypeError(f"{name.lower() if name == 'GEMM' else 'copy'}(stream): stream must be a CUDA "
+                                f"stream (cuda.stream()), got {V.describe(stream)}")
+            plan.append((name, stream))
+        return call
+
+    issue(asker("H2D"), asker("GEMM"))
+    counts = {k: [name for name, _ in plan].count(k) for k in ops}
+    if counts != {"H2D": 1, "GEMM": 1}:
+        raise ValueError(f"issue must call copy(stream) once and gemm(stream) once, got copy {counts['H2D']} and "
+                         f"gemm {counts['GEMM']} times")
+    ids = {}
+    for _, s in plan:
+        ids.setdefault(id(s), len(ids))
+    one = cuda.stream()
+    runs = {}
+    for mode, calls in (("one stream", [(k, one) for k in ops]), ("yours", plan)):
+        dev.copy_to_device(np.full(n, np.nan, np.float32))  # poisoned: each run must write every output
+        y.copy_to_device(np.full((M, N), np.nan, np.float32))
+        times = timed_on_streams([(ops[k][0], s) for k, s in calls], repeat)
+        cuda.synchronize()
+        runs[mode] = [TimedOp(k, "copy engine (H2D)" if k == "H2D" else "SMs", 0 if mode == "one stream" else
+                              ids[id(s)], ops[k][1], ops[k][2], t0, t1) for (k, s), (t0, t1) in zip(calls, times)]
+        if not np.array_equal(dev.copy_to_host(), host):
+            raise AssertionError(f"{mode}: the H2D copy did not deliver the host buffer")
+        assert_gemm(f"try_overlap, {mode}", y.copy_to_host(), qa, qb)
+    return OverlapTry((M, N, K), 4 * n, len(ids), runs)
 
 
 def plot_timeline(result: StreamsResult, ax=None, path=None):

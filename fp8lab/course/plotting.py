@@ -1,11 +1,12 @@
 """Plots shared by the notebooks and the command line: training losses, a training step's time by op, the SGEMM
-ladder."""
+ladder, and one Linear's GEMMs in a recipe drawn as DeepSeek-V3's Figure 6 (`plot_recipe`, from `recipe_flow`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..device.hardware import H100_FP32_TFLOPS
+from ..numerics import recipes
 
 BOEHM_A6000 = {1: 1.3, 2: 8.5, 3: 12.8, 4: 36.5, 5: 68.7, 6: 78.4}
 """Boehm's published SGEMM ladder (RTX A6000, 4092^2, percent of cuBLAS; "How to Optimize a CUDA Matmul Kernel for
@@ -135,4 +136,129 @@ def plot_ladder(tflops: dict, cublas: float | None = None, path=None, ax=None, t
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One Linear's three GEMMs in a recipe, in the style of DeepSeek-V3's Figure 6
+# ----------------------------------------------------------------------------------------------------------------
+
+PRECISION_COLORS = {"fp32": "#9ecae1", "bf16": "#a1d99b", "e4m3": "#fdae6b", "e5m2": "#fc9272"}
+PRECISION_NAMES = {"fp32": "FP32", "bf16": "BF16", "e4m3": "E4M3", "e5m2": "E5M2"}
+_GRAIN = {"tensor": "one scale per tensor", "tile": "1×128 tiles", "block": "128×128 blocks"}
+# (GEMM, formula, name of a, name of b, output); the operands in the NT layout of fp8lab.numerics.recipes
+_GEMM_ROWS = (("fprop", "y = x Wᵀ", "x", "W", "y"), ("dgrad", "dx = dy W", "dy", "Wᵀ", "dx"),
+              ("wgrad", "dW = dyᵀ x", "dyᵀ", "xᵀ", "dW"))
+_SOURCES = {"x": "x", "W": "W (master)", "dy": "dy", "Wᵀ": "W (master)", "dyᵀ": "dy", "xᵀ": "x"}
+# where an operand may reuse the codes another GEMM made: Wᵀ and dyᵀ transposed exactly (per tensor or square
+# blocks), xᵀ transposed exactly or re-tiled from Fprop's 1×128 codes (wgrad_x_from_fprop)
+_REUSE = {"dgrad.b": "fprop.b", "wgrad.a": "dgrad.a", "wgrad.b": "fprop.a"}
+
+
+def _cast(op, pow2: bool, transposed: str | None) -> str:
+    """How a float32 tensor becomes the operand `op` (a recipes.Operand); transposed: the name of the tensor whose
+    transpose the operand is, or None."""
+    if not op.fp8:
+        text = "none (FP32)" if op.precision == "fp32" else "round to BF16"
+        return "transpose" + ("" if op.precision == "fp32" else ", " + text) if transposed else text
+    grain = _GRAIN[op.granularity] + (", 2^k scales" if pow2 and op.granularity != "tensor" else "")
+    text = f"quantize to {PRECISION_NAMES[op.precision]},\n{grain}"
+    if transposed:
+        text = "transpose, " + text + (f" (128×1 of {transposed})" if op.granularity == "tile" else "")
+    return text
+
+
+def recipe_flow(recipe) -> list[dict]:
+    """How each of a Linear's six GEMM operands is made in `recipe` (a Recipe or its name), as the engines make it
+    (fp8lab.numerics.recipes' docstring; fp8lab.training.engine_kernels.DeviceLinear): one dict per operand with
+    gemm ("fprop", ...), formula, operand (its name in the NT layout: x, W, dy, Wᵀ, dyᵀ, xᵀ), precision and
+    granularity (the recipe's Operand), source (what it is made from: a float32 tensor, or codes another GEMM made),
+    source_precision, how (the cast, an exact transpose of codes, or the re-tiling of Fprop's codes of x), reuses
+    (the "gemm.side" key of the operand whose codes it reuses, or None)."""
+    r = recipes.get(recipe)
+    ops = r.operands()
+    out = []
+    for gemm, formula, name_a, name_b, _ in _GEMM_ROWS:
+        for side, name in (("a", name_a), ("b", name_b)):
+            key, op = f"{gemm}.{side}", ops[f"{gemm}.{side}"]
+            how, reuses = _cast(op, r.pow2_scales, name[:-1] if name.endswith("ᵀ") else None), None
+            src = _REUSE.get(key)
+            if key == "wgrad.b" and r.wgrad_x_from_fprop:
+                how, reuses = "re-tile 1×128 → 128×1\n(decode, re-quantize)", src
+            elif src and op.fp8 and op == ops[src] and op.exact_transpose:
+                how, reuses = "transpose the codes\nand scales (exact)", src
+            source, source_precision = _SOURCES[name], "fp32"
+            if reuses:
+                g, s = reuses.split(".")
+                source = f"{_SOURCES[name].split()[0]}'s codes\n(made for {g.capitalize()})"
+                source_precision = ops[reuses].precision
+            else:
+                source += f"\n{PRECISION_NAMES['fp32']}"
+            out.append(dict(gemm=gemm, formula=formula, operand=name, precision=op.precision,
+                            granularity=op.granularity, source=source, source_precision=source_precision, how=how,
+                            reuses=reuses))
+    return out
+
+
+def plot_recipe(recipe, ax=None, path=None):
+    """One Linear layer's Fprop, Dgrad and Wgrad in `recipe` (a Recipe or its name), drawn from the recipe's fields
+    in the style of DeepSeek-V3's Figure 6 (arXiv 2412.19437): each float32 tensor, the cast that makes each GEMM
+    operand (coloured by the operand's precision), the GEMM (float32 accumulation), its float32 output, and the
+    optimizer step on the float32 master weights with the recipe's AdamW moments; returns the figure.
+
+    path: also save it there (PNG)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch, Patch
+
+    r = recipes.get(recipe)
+    flow = recipe_flow(r)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(11, 6.6))
+    else:
+        fig = ax.figure
+    ax.set_xlim(0, 11)
+    ax.set_ylim(-0.6, 10.4)
+    ax.axis("off")
+
+    def box(x, y, text, precision, w=2.1, h=0.62, bold=False):
+        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.04", lw=0.8,
+                                    fc=PRECISION_COLORS[precision], ec="k"))
+        ax.text(x, y, text, ha="center", va="center", fontsize=7.5, fontweight="bold" if bold else "normal")
+
+    def arrow(x0, y0, x1, y1, style="-|>", ls="-"):
+        ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle=style, lw=0.9, ls=ls, color="k",
+                                                            shrinkA=0, shrinkB=0))
+
+    xs, xc, xg, xo = 1.1, 3.9, 6.6, 9.2  # columns: float32 source, cast, GEMM, output
+    accumulate = "FP32" if r.gemm_precision == "fp32" else "FP32 accumulation"
+    for row, (gemm, formula, _, _, out_name) in enumerate(_GEMM_ROWS):
+        yg = 9 - 3.2 * row
+        operands = [f for f in flow if f["gemm"] == gemm]
+        box(xg, yg, f"{gemm.capitalize()}\n{formula}\n{accumulate}", "fp32", w=2.0, h=1.3, bold=True)
+        for f, dy in zip(operands, (0.55, -0.55)):
+            y = yg + dy
+            box(xs, y, f["source"], f["source_precision"], w=1.7)
+            box(xc, y, f["how"], f["precision"], w=2.5, h=0.72)
+            arrow(xs + 0.85, y, xc - 1.25, y)
+            arrow(xc + 1.25, y, xg - 1.0, yg + dy / 2)
+            ax.text(xc + 1.35, y + (0.2 if dy > 0 else -0.2), f"{f['operand']}: {PRECISION_NAMES[f['precision']]}",
+                    fontsize=7, ha="left", va="center", style="italic")
+        box(xo, yg, f"{out_name}\nFP32", "fp32", w=1.4)
+        arrow(xg + 1.0, yg, xo - 0.7, yg)
+    # the optimizer: dW (FP32) -> AdamW with the recipe's moments -> FP32 master weights
+    y_opt = 9 - 3.2 * 2 - 1.7
+    box(xo, y_opt, f"AdamW\nmoments {PRECISION_NAMES[r.moments]}", r.moments, w=1.8)
+    arrow(xo, 9 - 3.2 * 2 - 0.31, xo, y_opt + 0.31)
+    box(xs, y_opt, "master weights W\nFP32 (read by Fprop\nand Dgrad above)", "fp32", w=2.0, h=0.9)
+    arrow(xo - 0.9, y_opt, xs + 1.0, y_opt)
+    extra = ["scales rounded up to powers of two" if r.pow2_scales else "",
+             "x not kept in FP32: Wgrad re-tiles Fprop's codes" if r.wgrad_x_from_fprop else ""]
+    title = f"recipe {r.name!r}: one Linear layer (in the style of DeepSeek-V3's Figure 6, arXiv 2412.19437)"
+    ax.set_title(title + "".join(f"\n{e}" for e in extra if e), fontsize=9)
+    used = ["fp32"] + sorted({f["precision"] for f in flow} | {r.moments} - {"fp32"}, key=recipes.PRECISIONS.index)
+    ax.legend(handles=[Patch(fc=PRECISION_COLORS[p], ec="k", label=PRECISION_NAMES[p]) for p in used],
+              loc="lower center", ncol=len(used), fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.04))
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
     return fig
