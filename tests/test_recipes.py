@@ -48,7 +48,7 @@ def test_the_pow2_variant_rounds_only_the_scales_of_x(rng):
     assert np.array_equal(xs, np.exp2(np.round(np.log2(xs)))) and not np.array_equal(ws, np.exp2(np.round(np.log2(ws))))
     ct, st = spec.requantize_tile_to_col(xc, xs, mode="pow2")
     before, after = spec.dequantize(xc, xs, 1, 128), spec.dequantize(ct, st, 1, 128).T
-    normal = np.abs(after) >= 2.0 ** -6 * np.repeat(st.T, 128, axis=0)[:150]  # codes that stay normal E4M3 numbers
+    normal = np.abs(before) >= 2.0 ** -6 * np.repeat(st.T, 128, axis=0)[:150]  # values that stay normal in E4M3
     assert normal.mean() > 0.9 and np.array_equal(before[normal], after[normal])
 
 
