@@ -52,6 +52,29 @@ def test_the_pow2_variant_rounds_only_the_scales_of_x(rng):
     assert normal.mean() > 0.9 and np.array_equal(before[normal], after[normal])
 
 
+def test_the_capstone_trains_fp8_deepseek_with_and_without_pow2_scales():
+    """fl.train on the language model, both engines (the simulator in CI): the pow2 variant follows the NumPy engine
+    within its tolerance, runs unfused (the fused norm/SwiGLU quantization writes amax scales) and is not
+    fp8-deepseek's arithmetic; the command line trains it too."""
+    from fp8lab.training import engine_kernels, model
+
+    runs = {(r, e): fp8lab.train(r, task="chars", steps=2, engine=e, progress=False, **SMALL)
+            for r in ("fp8-deepseek", "fp8-deepseek-pow2") for e in ("kernels", "reference")}
+    for r in ("fp8-deepseek", "fp8-deepseek-pow2"):
+        k, ref = runs[r, "kernels"], runs[r, "reference"]
+        assert np.isfinite(k.loss).all() and np.isfinite(k.eval_loss)
+        rel = np.abs(np.array(k.loss) - ref.loss) / np.array(ref.loss)
+        assert rel.max() < fp8lab.RECIPES[r].reference_rtol, (r, rel)
+    assert runs["fp8-deepseek-pow2", "reference"].loss[1] != runs["fp8-deepseek", "reference"].loss[1]
+    cfg = model.Config(65, 2, 16, 16, 1)
+    km = {r: engine_kernels.KernelModel(cfg, r, 8, model.init_params(cfg, 0)) for r in ("fp8-deepseek",
+                                                                                        "fp8-deepseek-pow2")}
+    assert km["fp8-deepseek"].fused and not km["fp8-deepseek-pow2"].fused
+    r = _cli("train", "--task", "chars", "--recipe", "fp8-deepseek-pow2", "--steps", "2", "--no-baseline",
+             "--no-plot", "--no-progress", "--engine", "reference")
+    assert r.returncode == 0 and "fp8-deepseek-pow2" in r.stdout, r.stderr
+
+
 def _hybrid(name="test-hybrid-e5m2"):
     """A recipe no engine names: E5M2 gradients in tiles, power-of-two scales, x^T quantized afresh for Wgrad (not
     re-tiled), float32 moments."""
