@@ -18,17 +18,18 @@ layout, from the float32 tensor, except x^T in Wgrad when `wgrad_x_from_fprop`: 
 by Fprop are re-quantized from 1 x 128 to 128 x 1 tiles, as DeepSeek-V3 does (the float32 x is not kept).
 
 Power-of-two scales. DeepSeek-V3 (section 3.3.3, "Low-Precision Activation") caches the inputs of the Linear after
-attention in a custom E5M6 format, and since "these activations will be converted from an 1x128 quantization tile
-to an 128x1 tile in the backward pass", "to avoid introducing extra quantization error, all the scaling factors are
+attention in a custom E5M6 format, and since "these activations will be converted from an 1x128 quantization tile to
+an 128x1 tile in the backward pass", "to avoid introducing extra quantization error, all the scaling factors are
 round scaled, i.e., integral power of 2"; its FP8 dispatch activations (the inputs of the MoE up-projections) and
 the activation gradients before the MoE down-projections get power-of-two scales too ("Low-Precision
-Communication"). Nowhere else does the report say so: weights and the other activations and gradients keep
-amax / 448. In this model every Linear's x is re-tiled for Wgrad (there is no attention and no dispatch), so
-"fp8-deepseek-pow2" rounds the scales of x (Fprop's a, Wgrad's b) up to powers of two and keeps amax / 448 for W
-and dy. Rescaling by a power of two only moves the exponent, so its re-tiling changes no code that stays a normal
-E4M3 number (lecture 04 counts them). "fp8-deepseek" keeps amax / 448 everywhere: the capstone's recorded GPU runs
-are of it, and the fused RMSNorm and SwiGLU quantization kernels (kernels.norm_quant, kernels.swiglu) write amax
-scales only, so "fp8-deepseek-pow2" runs them unfused. The report's E5M6 cache is not modelled (x stays E4M3).
+Communication"). The report asks for them nowhere else: weights and the other activations and gradients are scaled
+by amax / 448. In this model every Linear's x is re-tiled for Wgrad (there is no attention and no dispatch), so
+"fp8-deepseek-pow2" rounds the scales of x (Fprop's a, Wgrad's b) up to powers of two and keeps amax / 448 for W and
+dy. Rescaling by a power of two only moves the exponent, so its re-tiling leaves every value that stays a normal
+E4M3 number unchanged (lecture 04 counts the others). "fp8-deepseek" keeps amax / 448 everywhere: the capstone's
+recorded GPU runs are of it, and the fused RMSNorm and SwiGLU quantization kernels (kernels.norm_quant,
+kernels.swiglu) write amax scales only, so "fp8-deepseek-pow2" runs them unfused. The report's E5M6 cache is not
+modelled (x stays E4M3).
 
 `RECIPES` is the registry ({name: Recipe}); `register` adds one. The NumPy engine, the kernel engine, the
 PyTorch rung, the teacher task and the command line all read it, and branch on a recipe's fields, never on its
