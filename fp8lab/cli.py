@@ -18,6 +18,13 @@ from .kernels import MODULES as BENCHES  # the registry only; kernel modules are
 TORCH_HOW = ".venv/bin/pip install -e '.[torch]' (PyTorch is optional: the course's first rung and peer)"
 
 
+def _name_width() -> int:
+    """The recipe column of the result tables: wide enough for every registered recipe's name."""
+    from .numerics import recipes as R
+
+    return max(13, *(len(name) for name in R.RECIPES))
+
+
 def _output_path(flag: str, path: str) -> str:
     """Make the folder of an output file now, so a bad path fails before minutes of training, not after."""
     d = os.path.dirname(os.path.abspath(path))
@@ -92,11 +99,12 @@ def _train(args) -> int:
     if args.task == "teacher":
         print(f"\nbackend {h0.backend}, engine {h0.engine}: batch {h0.batch}, {h0.d_in} -> {h0.d_out}, "
               f"{h0.steps} steps, {h0.optimizer} lr {h0.lr:g}, seed {h0.seed}; noise floor {h0.floor:.4f}")
-        print(f"{'recipe':<12} {'final loss':>11} {'vs ' + baselines[0]:>8} {'eval':>8} {'EMA eval':>9} {'time':>8}")
+        print(f"{'recipe':<{_name_width()}} {'final loss':>11} {'vs ' + baselines[0]:>8} {'eval':>8} {'EMA eval':>9} "
+              f"{'time':>8}")
         base = hists[0].final_loss if hists[0].recipe == baselines[0] else None
         for h in hists:
             rel = "-" if base is None else f"{(h.final_loss - base) / base:+.2%}"
-            print(f"{h.recipe:<12} {h.final_loss:>11.5f} {rel:>8} {h.eval_loss:>8.5f} {h.ema_loss:>9.5f} "
+            print(f"{h.recipe:<{_name_width()}} {h.final_loss:>11.5f} {rel:>8} {h.eval_loss:>8.5f} {h.ema_loss:>9.5f} "
                   f"{h.seconds:>7.1f}s")
     else:
         m = h0.model
@@ -104,12 +112,12 @@ def _train(args) -> int:
               f"characters per step, width {m['context'] * m['embed']}, SwiGLU {m['hidden']}, {m['blocks']} blocks; "
               f"{h0.steps} steps, AdamW lr {h0.lr:g}, seed {h0.seed}"
               + (f"; {_outlier_note(m)}" if m.get("outliers", 1) != 1 else ""))
-        print(f"{'recipe':<13} {'moments':>7} {'train':>7} {'val (nats)':>10} {'val bpc':>8} "
+        print(f"{'recipe':<{_name_width()}} {'moments':>7} {'train':>7} {'val (nats)':>10} {'val bpc':>8} "
               + " ".join(f"{'vs ' + b:>8}" for b in baselines) + f" {'EMA bpc':>8} {'step':>9}")
         ref = {h.recipe: h.eval_loss for h in hists}
         for h in hists:
             rel = [f"{(h.eval_loss - ref[b]) / ref[b]:+.2%}" if b in ref else "-" for b in baselines]
-            print(f"{h.recipe:<13} {h.model['moments']:>7} {h.final_loss:>7.4f} {h.eval_loss:>10.4f} "
+            print(f"{h.recipe:<{_name_width()}} {h.model['moments']:>7} {h.final_loss:>7.4f} {h.eval_loss:>10.4f} "
                   f"{h.eval_bpc:>8.4f} " + " ".join(f"{r:>8}" for r in rel)
                   + f" {corpus.bits_per_char(h.ema_loss):>8.4f} {h.step_ms:>7.1f}ms")
         if args.torch:
@@ -118,7 +126,7 @@ def _train(args) -> int:
         if timed:  # kernels on a GPU: where each recipe's step goes
             print("\nGPU time per step by op (ms; after the first steps, which compile kernels):")
             for h in timed:
-                print(f"  {h.recipe:<13} " + ", ".join(f"{k} {v:.2f}" for k, v in h.breakdown.items()))
+                print(f"  {h.recipe:<{_name_width()}} " + ", ".join(f"{k} {v:.2f}" for k, v in h.breakdown.items()))
     if args.json:
         import json
 
@@ -204,7 +212,7 @@ def _torch_row(args, common, baselines, ref) -> None:
         return
     h = fl.train(baselines[-1], **dict(common, engine="torch", moments=None))
     rel = [f"{(h.eval_loss - ref[b]) / ref[b]:+.2%}" if b in ref else "-" for b in baselines]
-    print(f"{'PyTorch ' + h.recipe:<13} {h.model['moments']:>7} {h.final_loss:>7.4f} {h.eval_loss:>10.4f} "
+    print(f"{'PyTorch ' + h.recipe:<{_name_width()}} {h.model['moments']:>7} {h.final_loss:>7.4f} {h.eval_loss:>10.4f} "
           f"{h.eval_bpc:>8.4f} " + " ".join(f"{r:>8}" for r in rel) + f" {'-':>8} {h.step_ms:>7.1f}ms  (autocast, "
           f"{h.device}; no EMA)")
 

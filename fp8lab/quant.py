@@ -18,7 +18,7 @@ from .device import runtime
 from .numerics import spec
 from .kernels import quantize as qk
 from .kernels import quantize_fine as qf
-from .numerics.spec import GRANULARITIES, MX_RULES, QuantizedTensor
+from .numerics.spec import CONVENTIONS, GRANULARITIES, MX_RULES, QuantizedTensor
 
 __all__ = ["quantize", "dequantize", "requantize_tile_to_col", "QuantizedTensor"]
 
@@ -33,7 +33,7 @@ SIM_COST = {
 
 
 def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_scale: bool = False,
-             mx_rule: str = "floor") -> QuantizedTensor:
+             mx_rule: str = "floor", convention: str = "fp8lab") -> QuantizedTensor:
     """Quantize float32 `x` (NumPy or device array) to FP8 codes with one scale per group.
 
     granularity: "tensor" (any shape but 0-d, one scale), or for a 2-D x (M, K): "row" (1 x K groups), "tile"
@@ -45,10 +45,18 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
 
     scale = amax / FP8_MAX (448 for E4M3), so each nonzero group's largest |x| encodes to exactly +-FP8_MAX;
     rounding is to nearest even, saturating. pow2_scale=True rounds each scale UP to a power of two (no
-    element saturates; Transformer Engine's Float8BlockScaling does the same: its quantization factor
-    FP8_MAX / amax is rounded down); not available for "tensor". mx_rule: "floor" (OCP: 2^(floor(log2 amax) -
-    emax_elem); elements above FP8_MAX then saturate) or "ceil" (NVIDIA/TE: the scale rounded up, nothing
-    saturates).
+    element saturates; DeepSeek-V3 does so where it re-tiles 1 x 128 tiles to 128 x 1 (arXiv 2412.19437, section
+    3.3.3), Transformer Engine's Float8BlockScaling everywhere: its quantization factor FP8_MAX / amax is rounded
+    down); not available for "tensor". mx_rule: "floor" (OCP: 2^(floor(log2 amax) - emax_elem); elements above
+    FP8_MAX then saturate) or "ceil" (NVIDIA/TE: the scale rounded up, nothing saturates).
+
+    convention: "fp8lab" (the rules above) or "deepgemm": the codes and scales of DeepGEMM's reference casts
+    (deepseek-ai/DeepGEMM, deep_gemm/utils/math.py: `per_token_cast_to_fp8` for "tile", `per_block_cast_to_fp8`
+    for "block", gran_k = block; pow2_scale=True is their `use_ue8m0=True`) bit for bit, as PyTorch computes them
+    on CUDA: amax floored at 1e-4, scale = amax * float32(1/448), codes = encode(x * (1 / scale)). E4M3 only, and
+    for "tile" and "block" only. Their scales differ from "fp8lab"'s in the last bit for many groups (two roundings
+    instead of one; numerics/spec.py says why), and so do a few codes. NaN/Inf groups are poisoned as below (the
+    references assume finite input).
 
     Edge cases: an all-zero group gets codes 0 and the finite scale AMAX_FLOOR / FP8_MAX (amax is floored at
     1e-12, as for "tensor"). NaN or +-Inf poisons the group that holds it (for "tensor": the whole tensor):
@@ -68,6 +76,14 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
     if not isinstance(pow2_scale, (bool, np.bool_)):
         raise TypeError(f"pow2_scale must be a bool, got {V.describe(pow2_scale)}")
     V.choice("mx_rule", mx_rule, MX_RULES)
+    V.choice("convention", convention, CONVENTIONS)
+    if convention == "deepgemm":
+        if granularity not in ("tile", "block"):
+            raise ValueError(f"convention 'deepgemm' needs granularity 'tile' (per_token_cast_to_fp8) or 'block' "
+                             f"(per_block_cast_to_fp8), got granularity {granularity!r}")
+        if name != "e4m3":
+            raise ValueError(f"convention 'deepgemm' needs fmt 'e4m3' (DeepGEMM's casts divide by 448), got fmt "
+                             f"{name!r}")
     on_device = V.is_device_array(x)
     if on_device:
         arr = V.array("x", x, dtype=np.float32)
@@ -88,10 +104,14 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
         if on_device:
             return QuantizedTensor(q.codes, q.scale, name, granularity)
         return _count_nonfinite(QuantizedTensor(q.codes.copy_to_host(), q.scale.copy_to_host(), name, granularity))
-    return _quantize_fine(arr, on_device, name, granularity, block, bool(pow2_scale), mx_rule)
+    if convention == "deepgemm":
+        mode = "deepgemm_ue8m0" if pow2_scale else "deepgemm"
+    else:
+        mode = "pow2" if pow2_scale else "amax"
+    return _quantize_fine(arr, on_device, name, granularity, block, mode, mx_rule)
 
 
-def _quantize_fine(arr, on_device, fmt, granularity, block, pow2_scale, mx_rule) -> QuantizedTensor:
+def _quantize_fine(arr, on_device, fmt, granularity, block, mode, mx_rule) -> QuantizedTensor:
     if arr.ndim != 2:
         raise ValueError(f"granularity must be one of ('tensor',) for x that is not 2-D: {granularity!r} needs "
                          f"x of shape (M, K), got {V.describe(arr)}")
@@ -101,7 +121,6 @@ def _quantize_fine(arr, on_device, fmt, granularity, block, pow2_scale, mx_rule)
     codes = runtime.cuda.device_array(arr.shape, np.uint8)
     scale = runtime.cuda.device_array(spec.scale_shape(granularity, arr.shape, block), np.float32)
     scale_codes = None
-    mode = "pow2" if pow2_scale else "amax"
     if granularity == "row":
         qf.quantize_row(dx, codes, scale, fmt=fmt, mode=mode)
         block = None

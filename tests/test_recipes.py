@@ -21,21 +21,67 @@ def test_built_in_recipes_state_what_each_gemm_runs_in():
     assert (ds.fprop.a, ds.fprop.b) == (Operand("e4m3", "tile"), Operand("e4m3", "block"))
     assert (ds.dgrad.a, ds.dgrad.b) == (Operand("e4m3", "tile"), Operand("e4m3", "block"))
     assert (ds.wgrad.a, ds.wgrad.b) == (Operand("e4m3", "tile"), Operand("e4m3", "tile"))  # x^T: 128 x 1 tiles of x
-    assert ds.wgrad_x_from_fprop and ds.moments == "bf16" and not ds.pow2_scales and ds.gemm_precision == "fp8"
+    assert ds.wgrad_x_from_fprop and ds.moments == "bf16" and ds.pow2_operands == () and ds.gemm_precision == "fp8"
     assert "output head" in ds.high_precision and "RMSNorm" in ds.high_precision
     assert set(fp8lab.RECIPES["fp8-tensor"].operands().values()) == {Operand("e4m3", "tensor")}
     assert fp8lab.RECIPES["bf16"].gemm_precision == "bf16" and fp8lab.RECIPES["fp32"].moments == "fp32"
-    assert list(fp8lab.RECIPES)[:4] == ["fp32", "bf16", "fp8-tensor", "fp8-deepseek"]
+    assert list(fp8lab.RECIPES)[:5] == ["fp32", "bf16", "fp8-tensor", "fp8-deepseek", "fp8-deepseek-pow2"]
     text = ds.describe()
     assert "wgrad  dy^T e4m3 tile, x^T e4m3 tile" in text and "AdamW moments bf16" in text
+
+
+def test_the_pow2_variant_rounds_only_the_scales_of_x(rng):
+    """fp8-deepseek-pow2: DeepSeek-V3's power-of-two scales where it re-tiles x (section 3.3.3), amax / 448 for W
+    and dy; the NumPy engine's cache holds x's tiles with power-of-two scales, and re-tiling them loses nothing."""
+    from fp8lab.numerics import spec
+    from fp8lab.training import engine_reference
+
+    ds, p2 = fp8lab.RECIPES["fp8-deepseek"], fp8lab.RECIPES["fp8-deepseek-pow2"]
+    assert p2.pow2_operands == ("fprop.a", "wgrad.b") and p2.fprop.a == Operand("e4m3", "tile", pow2=True)
+    assert (p2.fprop.b, p2.dgrad.a, p2.wgrad.a) == (ds.fprop.b, ds.dgrad.a, ds.wgrad.a)
+    assert p2.wgrad_x_from_fprop and p2.moments == ds.moments and "x e4m3 tile pow2" in p2.describe()
+    x = rng.standard_normal((150, 300)).astype(np.float32)
+    w = rng.standard_normal((70, 300)).astype(np.float32)
+    lin = engine_reference.Linear(p2)
+    lin.forward(x, w)
+    xc, xs, wc, ws = lin.cache
+    assert np.array_equal(xs, np.exp2(np.round(np.log2(xs)))) and not np.array_equal(ws, np.exp2(np.round(np.log2(ws))))
+    ct, st = spec.requantize_tile_to_col(xc, xs, mode="pow2")
+    before, after = spec.dequantize(xc, xs, 1, 128), spec.dequantize(ct, st, 1, 128).T
+    normal = np.abs(before) >= 2.0 ** -6 * np.repeat(st.T, 128, axis=0)[:150]  # values that stay normal in E4M3
+    assert normal.mean() > 0.9 and np.array_equal(before[normal], after[normal])
+
+
+def test_the_capstone_trains_fp8_deepseek_with_and_without_pow2_scales():
+    """fl.train on the language model, both engines (the simulator in CI): the pow2 variant follows the NumPy engine
+    within its tolerance, runs unfused (the fused norm/SwiGLU quantization writes amax scales) and is not
+    fp8-deepseek's arithmetic; the command line trains it too."""
+    from fp8lab.training import engine_kernels, model
+
+    runs = {(r, e): fp8lab.train(r, task="chars", steps=2, engine=e, progress=False, **SMALL)
+            for r in ("fp8-deepseek", "fp8-deepseek-pow2") for e in ("kernels", "reference")}
+    for r in ("fp8-deepseek", "fp8-deepseek-pow2"):
+        k, ref = runs[r, "kernels"], runs[r, "reference"]
+        assert np.isfinite(k.loss).all() and np.isfinite(k.eval_loss)
+        rel = np.abs(np.array(k.loss) - ref.loss) / np.array(ref.loss)
+        assert rel.max() < fp8lab.RECIPES[r].reference_rtol, (r, rel)
+    assert runs["fp8-deepseek-pow2", "reference"].loss[1] != runs["fp8-deepseek", "reference"].loss[1]
+    cfg = model.Config(65, 2, 16, 16, 1)
+    km = {r: engine_kernels.KernelModel(cfg, r, 8, model.init_params(cfg, 0)) for r in ("fp8-deepseek",
+                                                                                        "fp8-deepseek-pow2")}
+    assert km["fp8-deepseek"].fused and not km["fp8-deepseek-pow2"].fused
+    r = _cli("train", "--task", "chars", "--recipe", "fp8-deepseek-pow2", "--steps", "2", "--no-baseline",
+             "--no-plot", "--no-progress", "--engine", "reference")
+    assert r.returncode == 0 and "fp8-deepseek-pow2" in r.stdout, r.stderr
 
 
 def _hybrid(name="test-hybrid-e5m2"):
     """A recipe no engine names: E5M2 gradients in tiles, power-of-two scales, x^T quantized afresh for Wgrad (not
     re-tiled), float32 moments."""
-    x, w, g = Operand("e4m3", "tile"), Operand("e4m3", "block"), Operand("e5m2", "tile")
+    x, w, g = (Operand("e4m3", "tile", pow2=True), Operand("e4m3", "block", pow2=True),
+               Operand("e5m2", "tile", pow2=True))
     return Recipe(name, "a throwaway test recipe", fprop=Gemm(x, w), dgrad=Gemm(g, w), wgrad=Gemm(g, x),
-                  pow2_scales=True, moments="fp32", reference_rtol=2e-2)
+                  moments="fp32", reference_rtol=2e-2)
 
 
 @pytest.fixture
@@ -82,12 +128,12 @@ def test_the_numpy_engine_follows_each_operand():
     lin = engine_reference.Linear(_hybrid())
     lin.forward(x, w)
     dx, dw = lin.backward(dy)
-    dya, (codes, scale) = engine_reference.quantized(dy, Operand("e5m2", "tile"), "pow2")
+    dya, (codes, scale) = engine_reference.quantized(dy, Operand("e5m2", "tile", pow2=True))
     assert np.array_equal(dx, dya @ lin.saved_w)  # W's blocks reused, transposed
     assert np.all(np.log2(scale) == np.round(np.log2(scale)))  # power-of-two scales
     assert lin.saved_x is not None and lin.cache[0].dtype == np.uint8  # x kept: Wgrad quantizes x^T afresh
-    xt = engine_reference.quantized(np.ascontiguousarray(x.T), Operand("e4m3", "tile"), "pow2")[0]
-    dyt = engine_reference.quantized(np.ascontiguousarray(dy.T), Operand("e5m2", "tile"), "pow2")[0]
+    xt = engine_reference.quantized(np.ascontiguousarray(x.T), Operand("e4m3", "tile", pow2=True))[0]
+    dyt = engine_reference.quantized(np.ascontiguousarray(dy.T), Operand("e5m2", "tile", pow2=True))[0]
     assert np.array_equal(dw, dyt @ xt.T)
 
 
@@ -101,8 +147,12 @@ def test_the_numpy_engine_follows_each_operand():
     (lambda: Recipe("x", "y", **{g: Gemm(Operand("e4m3", "tensor"), Operand("e4m3", "tensor"))
                                  for g in ("fprop", "dgrad", "wgrad")}, wgrad_x_from_fprop=True),
      "wgrad_x_from_fprop re-tiles"),
-    (lambda: Recipe("x", "y", **{g: Gemm(Operand("e4m3", "tensor"), Operand("e4m3", "tensor"))
-                                 for g in ("fprop", "dgrad", "wgrad")}, pow2_scales=True), "pow2_scales needs"),
+    (lambda: Operand("e4m3", "tensor", pow2=True), "pow2 needs a fine-grained FP8 operand"),
+    (lambda: Operand("bf16", pow2=True), "pow2 needs a fine-grained FP8 operand"),
+    (lambda: Recipe("x", "y", fprop=Gemm(Operand("e4m3", "tile", pow2=True), Operand("e4m3", "block")),
+                    dgrad=Gemm(Operand("e4m3", "tile"), Operand("e4m3", "block")),
+                    wgrad=Gemm(Operand("e4m3", "tile"), Operand("e4m3", "tile")), wgrad_x_from_fprop=True),
+     "wgrad_x_from_fprop re-tiles"),
     (lambda: Recipe("x", "y", **{g: Gemm(Operand("fp32"), Operand("fp32")) for g in ("fprop", "dgrad", "wgrad")},
                     moments="fp16"), "moments must be one of"),
     (lambda: Recipe("x", "y", **{g: Gemm(Operand("fp32"), Operand("fp32")) for g in ("fprop", "dgrad", "wgrad")},
@@ -119,6 +169,8 @@ def test_bad_recipes_are_clear_errors(make, words):
 
 
 def test_bad_recipe_types_name_the_field():
+    with pytest.raises(TypeError, match="pow2 must be a bool"):
+        Operand("e4m3", "tile", pow2="yes")
     with pytest.raises(TypeError, match="fprop must be a Gemm"):
         Recipe("x", "y", fprop=Operand("fp32"), dgrad=None, wgrad=None)
     with pytest.raises(TypeError, match="recipe must be one of"):

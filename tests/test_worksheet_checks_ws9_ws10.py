@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fp8lab.course import check
-from fp8lab.numerics import formats
+from fp8lab.numerics import formats, spec
 
 
 # ------------------------------------------------------- ws9: the FP8 Linear's Wgrad from the cached x (NumPy)
@@ -115,6 +115,18 @@ def ws9_requantize_k_not_trimmed(codes, scales):
     return formats.decode(codes) * np.repeat(scales, 128, axis=1), None  # (M, 128 ceil(K/128)): raises
 
 
+def _ws9_retile(x, pow2, pow2_wgrad=None, compare="values"):
+    """ws9 Q4: the fraction of values the re-tiling changes; pow2_wgrad and compare give known mistakes."""
+    m1 = "pow2" if pow2 else "amax"
+    m2 = m1 if pow2_wgrad is None else ("pow2" if pow2_wgrad else "amax")
+    c, s, _ = spec.quantize(x, "tile", mode=m1)
+    ct, st = spec.requantize_tile_to_col(c, s, mode=m2)
+    after = _ws9_deq(ct, st).T
+    if compare == "codes":
+        return float(np.mean(ct.T != c))
+    return float(np.mean(after != (x if compare == "x" else _ws9_deq(c, s))))
+
+
 WS9_WRONG = [
     (check.requantize_tile_to_col, lambda c, s: tuple(a.T for a in ws9_requantize(c, s)), "this is x's layout"),
     (check.requantize_tile_to_col, ws9_requantize_along_k, "1x128 tiles along the channels again"),
@@ -147,6 +159,12 @@ WS9_WRONG = [
     (check.wgrad_errors, lambda x, dy: _ws9_errors(x, dy, norm=lambda d: np.abs(d).max()), "not the largest element"),
     (check.wgrad_errors, lambda x, dy: tuple(e * np.linalg.norm(dy.astype(np.float64).T @ x) for e in
                                              ws9_errors(x, dy)), "normwise RELATIVE error"),
+    (check.retile_changes, lambda x, p: _ws9_retile(x, p, compare="codes"), "compare values"),
+    (check.retile_changes, lambda x, p: _ws9_retile(x, p, compare="x"), "not with the float32 x"),
+    (check.retile_changes, lambda x, p: _ws9_retile(x, False), "use mode='pow2' when pow2 is True"),
+    (check.retile_changes, lambda x, p: _ws9_retile(x, p, pow2_wgrad=False), "both roundings use the same rule"),
+    (check.retile_changes, lambda x, p: _ws9_retile(x, p) + 0.01, "spec.requantize_tile_to_col(codes, scales"),
+    (check.retile_changes, lambda x, p: "most", "expected a number"),
 ]
 
 
@@ -156,8 +174,23 @@ def test_ws9_right_answers_pass(rng, capsys):
     check.fp8_wgrad(ws9_wgrad_float64, rng=rng)
     check.wgrad_errors(ws9_errors, rng=rng)
     check.wgrad_errors(ws9_errors_float32_reference, rng=rng)
+    check.retile_changes(_ws9_retile, rng=rng)
     out = capsys.readouterr().out
-    assert out.count("passed:") == 5 and "(3 bit for bit" in out and "(0 bit for bit" in out
+    assert out.count("passed:") == 6 and "(3 bit for bit" in out and "(0 bit for bit" in out
+
+
+def test_ws9_retiling_with_pow2_scales_changes_only_values_that_go_subnormal(rng):
+    """What question 4 teaches, on the check's own inputs: power-of-two scales leave every value that stays a
+    normal E4M3 number unchanged; amax / 448 scales move most of them."""
+    from fp8lab.course.check import ws9 as ws9_check
+
+    x = ws9_check._activations(rng, 300, 200)
+    c, s, ct, st = ws9_check._retile_values(x, True, True)
+    before, after = _ws9_deq(c, s), _ws9_deq(ct, st).T
+    new_scale = np.repeat(st, 128, axis=1)[:, :x.shape[0]].T
+    normal = np.abs(before) / new_scale >= 2.0 ** -6  # exactly rescaled, a normal E4M3 number
+    assert np.array_equal(before[normal], after[normal]) and 0 < np.mean(before != after) < 0.05
+    assert ws9_check._retile_changes(x, False) > 0.5
 
 
 @pytest.mark.parametrize("checker, answer, says", WS9_WRONG, ids=[f"ws9-{i}-{w[0].__name__}" for i, w in
@@ -180,8 +213,11 @@ def test_ws9_placeholders_are_not_attempted():
     def wgrad_errors(x, dy):
         raise NotImplementedError("your answer goes here: replace this line")
 
+    def retile_changes(x, pow2):
+        raise NotImplementedError("your answer goes here: replace this line")
+
     for checker, answer in ((check.requantize_tile_to_col, requantize_tile_to_col), (check.fp8_wgrad, fp8_wgrad),
-                            (check.wgrad_errors, wgrad_errors)):
+                            (check.wgrad_errors, wgrad_errors), (check.retile_changes, retile_changes)):
         with pytest.raises(check.NotAttempted, match="^not attempted yet"):
             checker(answer)
 
@@ -304,7 +340,8 @@ WS10_WRONG = [
     (check.memory_per_parameter, lambda recipe: 4 + 2 * (2 if recipe == "fp8-deepseek" else 4), "gradient is kept too"),
     (check.memory_per_parameter, lambda recipe: ws10_memory(recipe) + recipe.startswith("fp8"),
      "FP8 copy of a weight is not kept"),
-    (check.memory_per_parameter, lambda recipe: 4 + 4 + 2 * 2, "only fp8-deepseek stores AdamW's moments in BF16"),
+    (check.memory_per_parameter, lambda recipe: 4 + 4 + 2 * 2,
+     "only fp8-deepseek (and its pow2 variant) stores AdamW's moments in BF16"),
     (check.memory_per_parameter, lambda recipe: 16, "moments in BF16, 2 bytes each"),
     (check.memory_per_parameter, lambda recipe: 8 * ws10_memory(recipe), "that is bits"),
     (check.memory_per_parameter, lambda recipe: f"{ws10_memory(recipe)} bytes", "expected a number of bytes"),

@@ -17,6 +17,20 @@ codes transposed where another GEMM needs the transpose (exact); tiles are quant
 layout, from the float32 tensor, except x^T in Wgrad when `wgrad_x_from_fprop`: then the FP8 codes of x cached
 by Fprop are re-quantized from 1 x 128 to 128 x 1 tiles, as DeepSeek-V3 does (the float32 x is not kept).
 
+Power-of-two scales. DeepSeek-V3 (section 3.3.3, "Low-Precision Activation") caches the inputs of the Linear after
+attention in a custom E5M6 format, and since "these activations will be converted from an 1x128 quantization tile to
+an 128x1 tile in the backward pass", "to avoid introducing extra quantization error, all the scaling factors are
+round scaled, i.e., integral power of 2"; its FP8 dispatch activations (the inputs of the MoE up-projections) and
+the activation gradients before the MoE down-projections get power-of-two scales too ("Low-Precision
+Communication"). The report asks for them nowhere else: weights and the other activations and gradients are scaled
+by amax / 448. In this model every Linear's x is re-tiled for Wgrad (there is no attention and no dispatch), so
+"fp8-deepseek-pow2" rounds the scales of x (Fprop's a, Wgrad's b) up to powers of two and keeps amax / 448 for W and
+dy. Rescaling by a power of two only moves the exponent, so its re-tiling leaves every value that stays a normal
+E4M3 number unchanged (lecture 04 counts the others). "fp8-deepseek" keeps amax / 448 everywhere: the capstone's
+recorded GPU runs are of it, and the fused RMSNorm and SwiGLU quantization kernels (kernels.norm_quant,
+kernels.swiglu) write amax scales only, so "fp8-deepseek-pow2" runs them unfused. The report's E5M6 cache is not
+modelled (x stays E4M3).
+
 `RECIPES` is the registry ({name: Recipe}); `register` adds one. The NumPy engine, the kernel engine, the
 PyTorch rung, the teacher task and the command line all read it, and branch on a recipe's fields, never on its
 name.
@@ -39,10 +53,13 @@ GEMMS = ("fprop", "dgrad", "wgrad")
 
 @dataclasses.dataclass(frozen=True)
 class Operand:
-    """One GEMM operand: precision "fp32", "bf16", "e4m3" or "e5m2"; for FP8 its scaling granularity."""
+    """One GEMM operand: precision "fp32", "bf16", "e4m3" or "e5m2"; for FP8 its scaling granularity and, for the
+    fine-grained ones ("tile", "block"), pow2: each scale rounded up to a power of two (numerics.spec's "pow2" rule)
+    instead of amax / FP8 max."""
 
     precision: str
     granularity: str | None = None
+    pow2: bool = False
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
@@ -53,6 +70,11 @@ class Operand:
         if not self.fp8 and self.granularity is not None:
             raise ValueError(f"granularity must be None for a {self.precision} operand (no scales), got "
                              f"{self.granularity!r}")
+        if not isinstance(self.pow2, bool):
+            raise TypeError(f"pow2 must be a bool, got {type(self.pow2).__name__} {self.pow2!r}")
+        if self.pow2 and self.granularity not in ("tile", "block"):
+            raise ValueError(f"pow2 needs a fine-grained FP8 operand (granularity 'tile' or 'block'): a per-tensor "
+                             f"scale is not rounded to a power of two here, got {self.precision} {self.granularity}")
 
     @property
     def fp8(self) -> bool:
@@ -63,8 +85,13 @@ class Operand:
         """Its codes and scales can be transposed exactly (one scale, or square blocks): quantized once per tensor."""
         return self.granularity in ("tensor", "block")
 
+    @property
+    def scale_mode(self) -> str:
+        """The scale rule of its groups (numerics.spec): "pow2" (rounded up to a power of two) or "amax"."""
+        return "pow2" if self.pow2 else "amax"
+
     def __str__(self) -> str:
-        return self.precision if not self.fp8 else f"{self.precision} {self.granularity}"
+        return self.precision if not self.fp8 else f"{self.precision} {self.granularity}" + " pow2" * self.pow2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +106,7 @@ class Gemm:
 class Recipe:
     """A training recipe. name: its key in RECIPES; summary: one line. fprop, dgrad, wgrad: the operands of a
     Linear's three GEMMs. wgrad_x_from_fprop: Wgrad's x^T re-tiled from the FP8 x cached by Fprop (DeepSeek-V3)
-    instead of quantized afresh from float32 x. pow2_scales: every fine-grained scale rounded up to a power of two.
+    instead of quantized afresh from float32 x (each Operand's pow2 says whether its scales are powers of two).
     moments: AdamW's moments stored as "fp32" or "bf16". high_precision: the ops kept in float32 (the engines
     keep HIGH_PRECISION so; a recipe can only say so). reference_rtol: how far the kernel engine's per-step loss
     may drift from the NumPy engine's (they sum in different orders; in FP8 a last-bit difference can move a
@@ -91,7 +118,6 @@ class Recipe:
     dgrad: Gemm
     wgrad: Gemm
     wgrad_x_from_fprop: bool = False
-    pow2_scales: bool = False
     moments: str = "fp32"
     high_precision: tuple = HIGH_PRECISION
     reference_rtol: float = 1e-4
@@ -120,10 +146,6 @@ class Recipe:
                 raise ValueError(f"{self.name}: wgrad_x_from_fprop re-tiles Fprop's 1 x 128 FP8 tiles of x into "
                                  f"128 x 1 tiles: fprop.a and wgrad.b must be the same FP8 'tile' operand, got {x} "
                                  f"and {xt}")
-        if self.pow2_scales and self.gemm_precision == "fp8" and any(
-                op.granularity == "tensor" for op in self.operands().values()):
-            raise ValueError(f"{self.name}: pow2_scales needs fine-grained scales (tile or block) on every operand: "
-                             "a per-tensor scale is not rounded to a power of two here")
         if not (isinstance(self.reference_rtol, float) and 0 < self.reference_rtol < 1):
             raise ValueError(f"{self.name}: reference_rtol must be a float in (0, 1), got {self.reference_rtol!r}")
 
@@ -138,9 +160,9 @@ class Recipe:
         return "fp8" if p in FP8 else p
 
     @property
-    def scale_mode(self) -> str:
-        """The scale rule of fine-grained groups: "pow2" (rounded up to a power of two) or "amax" (amax / FP8 max)."""
-        return "pow2" if self.pow2_scales else "amax"
+    def pow2_operands(self) -> tuple:
+        """The operands ("fprop.a", ...) whose scales are rounded up to a power of two."""
+        return tuple(name for name, op in self.operands().items() if op.pow2)
 
     def describe(self) -> str:
         """A few lines for people: the summary, each GEMM's operands, the rest."""
@@ -151,8 +173,6 @@ class Recipe:
         extra = [f"AdamW moments {self.moments}"]
         if self.wgrad_x_from_fprop:
             extra.append("Wgrad's x re-tiled from Fprop's FP8 codes")
-        if self.pow2_scales:
-            extra.append("power-of-two scales")
         rows.append("  " + "; ".join(extra))
         return "\n".join(rows)
 
@@ -162,6 +182,7 @@ def _same(op: Operand) -> dict:
 
 
 _TILE, _BLOCK, _TENSOR = Operand("e4m3", "tile"), Operand("e4m3", "block"), Operand("e4m3", "tensor")
+_TILE_POW2 = Operand("e4m3", "tile", pow2=True)
 
 RECIPES: dict = {}
 
@@ -204,6 +225,10 @@ for _r in (
            "weights, Wgrad from the cached FP8 x re-tiled to 128 x 1, bfloat16 AdamW moments",
            fprop=Gemm(_TILE, _BLOCK), dgrad=Gemm(_TILE, _BLOCK), wgrad=Gemm(_TILE, _TILE), wgrad_x_from_fprop=True,
            moments="bf16", reference_rtol=2e-2),
+    Recipe("fp8-deepseek-pow2", "fp8-deepseek with the scales of x (1 x 128 tiles for Fprop, re-tiled to 128 x 1 "
+           "for Wgrad) rounded up to powers of two, as the report does where it re-tiles",
+           fprop=Gemm(_TILE_POW2, _BLOCK), dgrad=Gemm(_TILE, _BLOCK), wgrad=Gemm(_TILE, _TILE_POW2),
+           wgrad_x_from_fprop=True, moments="bf16", reference_rtol=2e-2),
 ):
     register(_r)
 BUILT_IN = tuple(RECIPES)

@@ -3,7 +3,7 @@ produce, bit for bit, and the constants they share.
 
 What is here:
 - constants: `FMTS`, `GRANULARITIES`, `FP8_MAX`, `EMAX_ELEM`, `AMAX_FLOOR`, `GROUP_K`, `MX_GROUP`, `MAX_GROUP`,
-  `POISON_CODE`, `E8M0_NAN`, `MODES`;
+  `POISON_CODE`, `E8M0_NAN`, `MODES`, `CONVENTIONS`, `DEEPGEMM_AMAX_FLOOR`, `DEEPGEMM_INV_MAX`;
 - `QuantizedTensor`: FP8 codes plus dequantization scales (what `fp8lab.quantize` returns); `fmt_name` and
   `check_layout` check and normalize its format, granularity and block (also where it is used);
 - shapes: `group_shape`, `scale_shape`;
@@ -22,6 +22,14 @@ Scale rules (`mode`), float32 arithmetic exactly as the kernels do it:
 - "mx_floor" (OCP MX v1.0): scale = 2^(floor(log2 amax) - emax_elem), emax_elem = 8 for E4M3, 15 for E5M2;
   amax / scale lies in [256, 512) for E4M3, so elements above 464 saturate to 448.
 - "mx_ceil" (NVIDIA / Transformer Engine MXFP8): the "pow2" rule; nothing saturates.
+- "deepgemm" (E4M3 only): DeepGEMM's reference casts (`per_token_cast_to_fp8`, `per_block_cast_to_fp8` in
+  deepseek-ai/DeepGEMM, deep_gemm/utils/math.py) as PyTorch computes them on CUDA: amax floored at
+  DEEPGEMM_AMAX_FLOOR = 1e-4, scale = amax * DEEPGEMM_INV_MAX (PyTorch divides a CUDA tensor by a Python number
+  by multiplying with its float32 reciprocal, aten/src/ATen/native/cuda/BinaryDivTrueKernel.cu), inv = 1 / scale
+  (`1.0 / sf` is `sf.reciprocal() * 1.0`). "amax" rounds twice less: its scale and inv are each one division.
+  So a scale differs from "amax"'s in its last bit for a large share of groups, and a code where x * inv lands on
+  the other side of a rounding boundary.
+- "deepgemm_ue8m0": the same scale rounded up to a power of two (`use_ue8m0=True`, `ceil_to_ue8m0`).
   E8M0 codes of power-of-two scales: 127 + exponent. With AMAX_FLOOR the exponent stays inside E8M0's range.
 
 Policies:
@@ -48,19 +56,20 @@ from .. import _validate as V
 from . import formats
 
 __all__ = [
-    "FMTS", "GRANULARITIES", "FINE_GRANULARITIES", "MODES", "MX_RULES", "FP8_MAX", "EMAX_ELEM", "AMAX_FLOOR",
-    "GROUP_K", "MX_GROUP", "MAX_GROUP", "POISON_CODE", "E8M0_NAN", "QuantizedTensor", "fmt_name", "check_layout",
-    "group_shape",
-    "scale_shape", "group_scale", "group_amax", "expand", "quantize_tensor", "quantize", "dequantize",
-    "requantize_tile_to_col",
+    "FMTS", "GRANULARITIES", "FINE_GRANULARITIES", "MODES", "MX_RULES", "CONVENTIONS", "FP8_MAX", "EMAX_ELEM",
+    "AMAX_FLOOR", "DEEPGEMM_AMAX_FLOOR", "DEEPGEMM_INV_MAX", "GROUP_K", "MX_GROUP", "MAX_GROUP", "POISON_CODE",
+    "E8M0_NAN", "QuantizedTensor", "fmt_name", "check_layout", "group_shape", "scale_shape", "group_scale",
+    "group_amax", "expand", "quantize_tensor", "quantize", "dequantize", "requantize_tile_to_col",
 ]
 
 FMTS = ("e4m3", "e5m2")
 """The element formats a tensor is quantized to (E8M0 is a scale format only)."""
 GRANULARITIES = ("tensor", "row", "tile", "block", "mx")
 FINE_GRANULARITIES = GRANULARITIES[1:]
-MODES = ("amax", "pow2", "mx_floor", "mx_ceil")
+MODES = ("amax", "pow2", "mx_floor", "mx_ceil", "deepgemm", "deepgemm_ue8m0")
 MX_RULES = ("floor", "ceil")
+CONVENTIONS = ("fp8lab", "deepgemm")
+"""Whose arithmetic fl.quantize follows: fp8lab's scale rules, or DeepGEMM's reference casts (modes "deepgemm*")."""
 
 FP8_MAX = {name: np.float32(formats.FORMATS[name].max_normal) for name in FMTS}
 """Largest finite value: 448 (E4M3), 57344 (E5M2), as float32."""
@@ -68,6 +77,10 @@ EMAX_ELEM = {name: formats.FORMATS[name].emax for name in FMTS}
 """Unbiased exponent of FP8_MAX (OCP MX v1.0 emax_elem): 8 (E4M3), 15 (E5M2)."""
 AMAX_FLOOR = np.float32(1e-12)
 """Smallest amax a scale is computed from (see the module docstring)."""
+DEEPGEMM_AMAX_FLOOR = np.float32(1e-4)
+"""DeepGEMM's `amax.clamp(1e-4)` (float32): the floor of the "deepgemm" modes."""
+DEEPGEMM_INV_MAX = np.float32(1.0) / np.float32(448.0)
+"""float32 1/448 rounded to nearest: what PyTorch multiplies by for DeepGEMM's `x_amax / 448.0` on CUDA."""
 GROUP_K = 128
 """DeepSeek-V3's group along K: 1 x 128 activation tiles, 128 x 128 weight blocks (arXiv 2412.19437, 3.3)."""
 MX_GROUP = 32
@@ -197,19 +210,26 @@ def group_scale(amax, fmt: str = "e4m3", mode: str = "amax"):
     the amax is NaN or +Inf. The kernels' device function `group_scale` computes the same bits."""
     amax = np.asarray(amax, np.float32)
     fp8_max = FP8_MAX[fmt]
+    deepgemm = mode.startswith("deepgemm")
+    if deepgemm and fmt != "e4m3":
+        raise ValueError(f"fmt must be 'e4m3' for mode {mode!r} (DeepGEMM's casts divide by 448), got {fmt!r}")
     poisoned = ~(amax <= _F32_MAX)
-    safe = np.where(poisoned, _ONE, np.maximum(amax, AMAX_FLOOR)).astype(np.float32)
+    floor = DEEPGEMM_AMAX_FLOOR if deepgemm else AMAX_FLOOR
+    safe = np.where(poisoned, _ONE, np.maximum(amax, floor)).astype(np.float32)
     code = np.zeros(amax.shape, np.int64)
     if mode == "amax":
         scale = (safe / fp8_max).astype(np.float32)
         inv = (fp8_max / safe).astype(np.float32)
+    elif mode == "deepgemm":
+        scale = (safe * DEEPGEMM_INV_MAX).astype(np.float32)
+        inv = (_ONE / scale).astype(np.float32)
     else:
         if mode == "mx_floor":
             m, e = np.frexp(safe)  # safe = m * 2^e, 0.5 <= m < 1: floor(log2 safe) = e - 1
             scale = ((safe / m) * np.float32(2.0 ** -(1 + EMAX_ELEM[fmt]))).astype(np.float32)
             code = e.astype(np.int64) + (126 - EMAX_ELEM[fmt])
-        else:  # "pow2", "mx_ceil": t rounded up to a power of two (exact: t / m == 2^e)
-            t = (safe / fp8_max).astype(np.float32)
+        else:  # "pow2", "mx_ceil", "deepgemm_ue8m0": t rounded up to a power of two (exact: t / m == 2^e)
+            t = (safe * DEEPGEMM_INV_MAX if deepgemm else safe / fp8_max).astype(np.float32)
             m, e = np.frexp(t)
             exact = m == _HALF
             scale = np.where(exact, t, t / m).astype(np.float32)

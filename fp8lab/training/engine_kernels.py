@@ -138,8 +138,8 @@ class _Codes:
     """FP8 codes and scales of one GEMM operand (rows, cols) in a recipe Operand, on buffers made once; calling it
     on a float32 (rows, cols) device array quantizes it there."""
 
-    def __init__(self, op, rows: int, cols: int, mode: str):
-        self.op, self.mode, self.fmt = op, mode, op.precision
+    def __init__(self, op, rows: int, cols: int):
+        self.op, self.mode, self.fmt = op, op.scale_mode, op.precision
         self.kind = spec.ScaleKind.of(op.granularity)
         if op.granularity == "tensor":  # codes_t too: the transposed codes another GEMM may take (exact)
             self.q = quantize.TensorQuantizer((rows, cols), fmt=op.precision, transpose=True)
@@ -222,20 +222,19 @@ class DeviceLinear:
                 self.xb, self.wb, self.dyb = _empty((M, K)), _empty((N, K)), _empty((M, N))
             self.float_x = True  # Wgrad multiplies by x itself
             return
-        mode = r.scale_mode
-        self.x_codes = _Codes(r.fprop.a, M, K, mode)
-        self.w_codes = _Codes(r.fprop.b, N, K, mode)
-        self.dy_codes = _Codes(r.dgrad.a, M, N, mode)
+        self.x_codes = _Codes(r.fprop.a, M, K)
+        self.w_codes = _Codes(r.fprop.b, N, K)
+        self.dy_codes = _Codes(r.dgrad.a, M, N)
         self.wt_codes = (_Transposed(self.w_codes) if r.dgrad.b == r.fprop.b and r.dgrad.b.exact_transpose else
-                         _Codes(r.dgrad.b, K, N, mode)) if need_dx else None
+                         _Codes(r.dgrad.b, K, N)) if need_dx else None
         self.dyt_codes = (_Transposed(self.dy_codes) if r.wgrad.a == r.dgrad.a and r.wgrad.a.exact_transpose else
-                          _Codes(r.wgrad.a, N, M, mode))
+                          _Codes(r.wgrad.a, N, M))
         if r.wgrad_x_from_fprop:
             self.xt_codes = _Retiled(self.x_codes)
         elif r.wgrad.b == r.fprop.a and r.wgrad.b.exact_transpose:
             self.xt_codes = _Transposed(self.x_codes)
         else:
-            self.xt_codes = _Codes(r.wgrad.b, K, M, mode)
+            self.xt_codes = _Codes(r.wgrad.b, K, M)
         self.float_x = isinstance(self.xt_codes, _Codes)  # Wgrad quantizes x^T afresh: x must stay float32
         # dy in 1 x 128 tiles for Dgrad and dy^T in 1 x 128 tiles for Wgrad: both from one read of dy
         self.dual = (r.dgrad.a.granularity == "tile" and r.wgrad.a == r.dgrad.a and isinstance(self.dyt_codes, _Codes)
@@ -367,7 +366,7 @@ class KernelModel:
         self.lin1 = [DeviceLinear(self.recipe, M, 2 * F, D, self.prof) for _ in range(L)]
         self.lin2 = [DeviceLinear(self.recipe, M, D, F, self.prof) for _ in range(L)]
         r = self.recipe
-        self.fused = (r.fprop.a == FUSED_INPUT and not r.pow2_scales and not self.lin1[0].float_x)
+        self.fused = r.fprop.a == FUSED_INPUT and not self.lin1[0].float_x
         self.ids = _empty(M * cfg.context, np.int32)
         self.targets = _empty(M, np.int32)
         self.x = [_empty((M, D)) for _ in range(L + 1)]  # the residual stream entering each block, and leaving

@@ -17,10 +17,10 @@ from .model import DECAYED, Config, outlier_scales
 F32 = np.float32
 
 
-def quantized(x, op: recipes.Operand, mode: str = "amax"):
+def quantized(x, op: recipes.Operand):
     """(the float32 values a GEMM sees for x in precision `op`, the FP8 (codes, scales) or None): float32 x itself,
     bfloat16-rounded x, or x quantized per tensor / in 1 x 128 tiles / in 128 x 128 blocks and dequantized (the
-    scales of fine-grained groups by `mode`: "amax" or "pow2")."""
+    scales of fine-grained groups by op.scale_mode: "amax" or "pow2")."""
     if op.precision == "fp32":
         return x, None
     if op.precision == "bf16":
@@ -28,7 +28,7 @@ def quantized(x, op: recipes.Operand, mode: str = "amax"):
     if op.granularity == "tensor":
         codes, scale, _ = spec.quantize_tensor(x, op.precision)
         return formats.decode(codes, op.precision) * scale, (codes, scale)
-    codes, scale, _ = spec.quantize(x, op.granularity, op.precision, mode=mode)
+    codes, scale, _ = spec.quantize(x, op.granularity, op.precision, mode=op.scale_mode)
     gm, gk = spec.group_shape(op.granularity, x.shape)
     return spec.dequantize(codes, scale, gm, gk, op.precision), (codes, scale)
 
@@ -54,8 +54,8 @@ class Linear:
 
     def forward(self, x, w):
         r = self.recipe
-        xa, self.x_fp8 = quantized(x, r.fprop.a, r.scale_mode)
-        wb, self.w_fp8 = quantized(w, r.fprop.b, r.scale_mode)
+        xa, self.x_fp8 = quantized(x, r.fprop.a)
+        wb, self.w_fp8 = quantized(w, r.fprop.b)
         self.saved_w = wb if self._w_reused else w
         self.saved_x = None if r.wgrad_x_from_fprop else xa if self._x_reused else x
         return xa @ wb.T
@@ -70,19 +70,20 @@ class Linear:
 
     def backward(self, dy, need_dx: bool = True):
         """(dx, dW) for the output gradient dy; dx is None when need_dx is False (an input that is data)."""
-        r, mode = self.recipe, self.recipe.scale_mode
-        dya, _ = quantized(dy, r.dgrad.a, mode)  # Dgrad's a; Wgrad's dy^T reuses it where it transposes exactly
+        r = self.recipe
+        dya, _ = quantized(dy, r.dgrad.a)  # Dgrad's a; Wgrad's dy^T reuses it where it transposes exactly
         dx = None
         if need_dx:
-            wt = self.saved_w.T if self._w_reused else quantized(_t(self.saved_w), r.dgrad.b, mode)[0]
+            wt = self.saved_w.T if self._w_reused else quantized(_t(self.saved_w), r.dgrad.b)[0]
             dx = dya @ wt.T
-        dyt = dya.T if self._dy_reused else quantized(_t(dy), r.wgrad.a, mode)[0]
+        dyt = dya.T if self._dy_reused else quantized(_t(dy), r.wgrad.a)[0]
         if r.wgrad_x_from_fprop:  # the cached FP8 x re-quantized from 1 x 128 to 128 x 1 tiles, never from float32
             codes, scale = self.x_fp8
-            ct, st = spec.requantize_tile_to_col(codes, scale, r.wgrad.b.precision, mode=mode)
+            ct, st = spec.requantize_tile_to_col(codes, scale, r.wgrad.b.precision,
+                                                 mode=r.wgrad.b.scale_mode)
             xt = spec.dequantize(ct, st, 1, GROUP_K, r.wgrad.b.precision)
         else:
-            xt = self.saved_x.T if self._x_reused else quantized(_t(self.saved_x), r.wgrad.b, mode)[0]
+            xt = self.saved_x.T if self._x_reused else quantized(_t(self.saved_x), r.wgrad.b)[0]
         return dx, dyt @ xt.T
 
 

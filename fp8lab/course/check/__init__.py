@@ -20,6 +20,7 @@
     check.requantize_tile_to_col(fn)               # ws9: cached 1x128 tiles of x -> 128x1 tiles, bit for bit
     check.fp8_wgrad(fn)                            # ws9: dW = dy^T x from dy and the cached FP8 x, fp8-deepseek
     check.wgrad_errors(fn)                         # ws9: Wgrad's error with the re-tiled cache / x quantized afresh
+    check.retile_changes(fn)                       # ws9: values the re-tiling changes, amax / 448 vs pow2 scales
     check.memory_per_parameter(fn)                 # ws10: bytes a parameter keeps between steps, per recipe
     check.which_precision(fn)                      # ws10: FP8, BF16 or FP32 for each op of fp8-deepseek's step
     check.per_tensor_breaks_at(fn)                 # ws10: the outlier magnitude where per-tensor scaling breaks
@@ -61,7 +62,7 @@ from .ws5 import cvt_e4m3x2_intrinsic, mma_a_fragment
 from .ws6 import memory_per_device, one_f_one_b, table2_bubbles
 from .ws7 import accumulate_limited, promoted_dot, promotion_errors
 from .ws8 import clipped_at_spike, delayed_quantize_steps, scale_from_history
-from .ws9 import fp8_wgrad, requantize_tile_to_col, wgrad_errors
+from .ws9 import fp8_wgrad, requantize_tile_to_col, retile_changes, wgrad_errors
 from .ws10 import memory_per_parameter, per_tensor_breaks_at, which_precision
 from . import (lecture00, lecture01, lecture02, lecture03, lecture04, lecture05, lecture06, lecture07, lecture08,
     lecture09)
@@ -97,6 +98,7 @@ __all__ = [
     "requantize_tile_to_col",
     "fp8_wgrad",
     "wgrad_errors",
+    "retile_changes",
     "memory_per_parameter",
     "which_precision",
     "per_tensor_breaks_at",

@@ -141,8 +141,8 @@ def _memory_variants(recipe, parts):
     right = M + G + mom
     out = []
     if one == 4:
-        out.append((M + G + 4, f"only fp8-deepseek stores AdamW's moments in BF16 (the table of lecture 08 (c)); "
-                               f"{recipe} keeps them in FP32, 4 bytes each"))
+        out.append((M + G + 4, "only fp8-deepseek (and its pow2 variant) stores AdamW's moments in BF16 (lecture 08 "
+                               f"(c)); {recipe} keeps them in FP32, 4 bytes each"))
     if one == 2:
         out.append((M + G + 8, "fp8-deepseek stores AdamW's two moments in BF16, 2 bytes each, as DeepSeek-V3 does "
                                "(section 3.3.3): that is the saving of (g)"))
@@ -194,7 +194,7 @@ def memory_per_parameter(fn, rng=None):
             why = [h for v, h in _memory_variants(recipe, parts) if v == got]
             hint = " Or: ".join(why) if why else (
                 "count per parameter the master weight (FP32), its gradient (FP32) and AdamW's two moments (BF16 in "
-                "fp8-deepseek, FP32 in the other recipes)")
+                "the fp8-deepseek recipes, FP32 in the others)")
             fail(q, [f"memory_per_parameter({recipe!r}) = {got!r} bytes, expected {want} "
                      f"({' + '.join(f'{k} {v}' for k, v in parts.items())})"], hint)
         rows.append(f"{recipe} {want}")

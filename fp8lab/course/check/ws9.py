@@ -1,7 +1,8 @@
 """ws9: the FP8 Linear's weight gradient the DeepSeek-V3 way: the cached 1x128 tiles of x re-quantized as 128x1
 tiles (checked bit for bit against fp8lab.numerics.spec.requantize_tile_to_col), Wgrad from them (against the NumPy
-engine's fp8lab.training.engine_reference.Linear("fp8-deepseek").backward) and what the second rounding costs (arXiv
-2412.19437, sections 3.3 and 3.5.2)."""
+engine's fp8lab.training.engine_reference.Linear("fp8-deepseek").backward), what the second rounding costs (arXiv
+2412.19437, sections 3.3 and 3.5.2) and how many values it changes with amax / 448 and with power-of-two scales
+(section 3.3.3)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from ...numerics import formats, spec
 from ...training import engine_reference as numpy_engine
 from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder, tie_traps
 
-__all__ = ["requantize_tile_to_col", "fp8_wgrad", "wgrad_errors"]
+__all__ = ["requantize_tile_to_col", "fp8_wgrad", "wgrad_errors", "retile_changes"]
 
 G = spec.GROUP_K  # 128: tokens per column tile, channels per row tile
 F32 = np.float32
 E4M3_ONE = 0x38  # the E4M3 code of 1.0 (0xB8: -1.0)
 RTOL_ERRORS = 1e-3  # Q3: the learner's norms may be float32; a float32 reference moves them by ~1e-5
+SHARE_TOL = 1e-9  # Q4: shares of elements; two right answers differ by float rounding at most
 
 
 def _call(q, fn, args, what, hint):
@@ -435,3 +437,65 @@ def wgrad_errors(fn, rng=None):
              "tiles as in fp8_wgrad with x^T quantized afresh, spec.quantize(x.T, 'tile')")
     return (f"the cached x re-tiled: {first[0]:.2%}, x quantized afresh in 128x1 tiles: {first[1]:.2%} "
             f"({first[0] / first[1]:.2f}x) for x (768, 260), dy (768, 96), and a random case, as recomputed here")
+
+
+# ---------------------------------------------------------------------------- Q4: re-tiling with power-of-two scales
+
+
+def _retile_values(x, pow2_fprop, pow2_wgrad):
+    """(Fprop's cached values, the same values after the re-tiling), both in x's (M, K) layout."""
+    c, s, _ = spec.quantize(x, "tile", mode="pow2" if pow2_fprop else "amax")
+    ct, st = spec.requantize_tile_to_col(c, s, mode="pow2" if pow2_wgrad else "amax")
+    return c, s, ct, st
+
+
+def _retile_changes(x, pow2):
+    c, s, ct, st = _retile_values(x, pow2, pow2)
+    return float(np.mean(_deq_tiles(ct, st).T != _deq_tiles(c, s)))
+
+
+@question
+def retile_changes(fn, rng=None):
+    """Check `fn(x, pow2) -> float`: the fraction of x's elements whose value (decode(code) * scale) the re-tiling
+    changes, from Fprop's 1x128 tiles to 128x1 tiles, both with amax / 448 scales (pow2=False) or both with scales
+    rounded up to a power of two (pow2=True, DeepSeek-V3's choice, section 3.3.3); recomputed here."""
+    q = "retile_changes"
+    if still_a_placeholder(fn):
+        raise NotAttempted(not_attempted_message(q, fn))
+    rng = np.random.default_rng() if rng is None else rng
+    cases = [_activations(rng, 300, 200), _activations(rng, int(rng.integers(129, 400)), int(rng.integers(1, 260)))]
+    got_first = None
+    for x in cases:
+        for pow2 in (False, True):
+            what = f"retile_changes(x {x.shape}, pow2={pow2})"
+            got = _call(q, fn, (x.copy(), pow2), what, "return one number: a fraction of x's elements")
+            try:
+                got = float(got)
+            except (TypeError, ValueError):
+                fail(q, [f"{what} returned {got!r}: expected a number"], "return np.mean(changed), a float")
+            want = _retile_changes(x, pow2)
+            if math.isclose(got, want, rel_tol=SHARE_TOL, abs_tol=SHARE_TOL):
+                got_first = got_first or {}
+                got_first.setdefault(pow2, want)
+                continue
+            line = [f"{what} returned {got:.6g}, expected {want:.6g}"]
+            c, s, ct, st = _retile_values(x, pow2, pow2)
+            after, before = _deq_tiles(ct, st).T, _deq_tiles(c, s)
+            mixed = [_retile_values(x, pow2, not pow2), _retile_values(x, not pow2, pow2)]
+            hints = [
+                (float(np.mean(ct.T != c)), "compare values, decode(code) * scale, not codes: with power-of-two "
+                 "scales a code changes its exponent when the scale changes, and its value does not"),
+                (float(np.mean(after != x)), "compare with what Fprop cached (its 1x128 tiles, dequantized), not with "
+                 "the float32 x: the question is what the second rounding changes"),
+                (_retile_changes(x, not pow2), f"pow2={pow2}: use mode='pow2' when pow2 is True, 'amax' otherwise"),
+            ] + [(float(np.mean(_deq_tiles(m[2], m[3]).T != _deq_tiles(m[0], m[1]))),
+                  "both roundings use the same rule: mode='pow2' (or 'amax') in spec.quantize and in "
+                  "spec.requantize_tile_to_col") for m in mixed]
+            for value, hint in hints:
+                if math.isclose(got, value, rel_tol=SHARE_TOL, abs_tol=SHARE_TOL) and not math.isclose(value, want):
+                    fail(q, line, hint)
+            fail(q, line, "codes, scales = spec.quantize(x, 'tile', mode=...)[:2]; re-tile with "
+                 "spec.requantize_tile_to_col(codes, scales, mode=...); compare spec.dequantize(..., 1, 128) of "
+                 "both (the re-tiled one transposed back): np.mean(after != before)")
+    return (f"the re-tiling changed {got_first[False]:.1%} of the values with amax / 448 scales and "
+            f"{got_first[True]:.2%} with power-of-two scales, for x (300, 200), and a random case, as recomputed here")

@@ -21,7 +21,8 @@ kernel with groups of 32 and E8M0 scales), dequantize (any granularity), requant
 of x -> 1 x block tiles of x.T, from the codes and scales), quantize_tile_dual (the 1 x 128 tiles of x and of x.T
 in one pass over x: a Linear's dy for Dgrad and Wgrad).
 
-Scales and policies (scale modes "amax", "pow2", "mx_floor", "mx_ceil"; partial, all-zero and NaN/Inf groups)
+Scales and policies (scale modes "amax", "pow2", "mx_floor", "mx_ceil", and DeepGEMM's reference casts "deepgemm",
+"deepgemm_ue8m0" for tiles and blocks; partial, all-zero and NaN/Inf groups)
 are those of fp8lab/numerics/spec.py, whose NumPy functions are the reference every kernel here matches bit for bit;
 `make_group_scale` is the same rule as a device function. A NaN that was in a tile poisons every 128 x 1 column
 group of requantize it reaches.

@@ -50,7 +50,8 @@ def _outs(granularity, shape, mx=False):
 
 def _kernels(only=None):
     """(label, granularity, mode, launch(dx, outs)) of every kernel the module checks and times: the versions and
-    the ops "row", "block", "mx" (both rules), "pow2" that are in `only` (bench.selected; None: all)."""
+    the ops "row", "block", "mx" (both rules), "pow2", "deepgemm", "deepgemm_ue8m0" (DeepGEMM's casts, tile and
+    block) that are in `only` (bench.selected; None: all)."""
     ks = [(v, f"v{v}: {desc}", "tile", "amax", lambda dx, o, v=v: quantize_tile(dx, o[0], o[1], version=v))
           for v, desc in VERSIONS.items()]
     ks += [("row", "row: block per row, fused", "row", "amax", lambda dx, o: quantize_row(dx, o[0], o[1])),
@@ -60,6 +61,10 @@ def _kernels(only=None):
             lambda dx, o, rule=rule: quantize_mx(dx, o[0], o[1], o[2], rule=rule)) for rule in ("floor", "ceil")]
     ks += [("pow2", f"tile, pow2 scales (v{BEST})", "tile", "pow2",
             lambda dx, o: quantize_tile(dx, o[0], o[1], mode="pow2"))]
+    ks += [(mode, f"{granularity}, DeepGEMM's cast ({mode})", granularity, mode,
+            lambda dx, o, mode=mode, g=granularity: (quantize_tile if g == "tile" else quantize_block)(
+                dx, o[0], o[1], mode=mode))
+           for mode in ("deepgemm", "deepgemm_ue8m0") for granularity in ("tile", "block")]
     return [k[1:] for k in ks if bench.selected(only, k[0])]
 
 
