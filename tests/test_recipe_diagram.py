@@ -66,10 +66,9 @@ def test_fp8_deepseek_reads_as_the_report_describes():
 def test_a_registered_recipe_draws_its_own_formats():
     """A throwaway recipe (E5M2 gradients, power-of-two scales, FP32 moments): the figure says so, and the labels
     of the built-in recipes are not baked in."""
-    tile5 = Operand("e5m2", "tile")
+    tile5 = Operand("e5m2", "tile", pow2=True)
     r = Recipe("test-diagram-e5m2", "E5M2 gradients", fprop=Gemm(Operand("e4m3", "tile"), Operand("e4m3", "block")),
-               dgrad=Gemm(tile5, Operand("e4m3", "block")), wgrad=Gemm(tile5, Operand("e4m3", "tile")),
-               pow2_scales=True)
+               dgrad=Gemm(tile5, Operand("e4m3", "block")), wgrad=Gemm(tile5, Operand("e4m3", "tile")))
     recipes.register(r)
     try:
         fig = plotting.plot_recipe(r.name)
@@ -77,7 +76,8 @@ def test_a_registered_recipe_draws_its_own_formats():
         assert "dy: E5M2" in got and "dyᵀ: E5M2" in got and "x: E4M3" in got
         assert "E5M2" in got and "BF16" not in got  # the legend: the precisions this recipe uses, FP32 moments
         assert "AdamW\nmoments FP32" in got
-        assert any("2^k scales" in t for t in got) and any("powers of two" in t for t in got)
+        assert any("2^k scales" in t for t in got) and any("powers of two: dgrad.a, wgrad.a" in t for t in got)
+        assert not any("2^k scales" in t and "x:" in t for t in got)  # x keeps amax / 448 scales
         flow = {f["operand"]: f for f in plotting.recipe_flow(r.name)}
         assert flow["xᵀ"]["reuses"] is None  # not re-tiled: quantized afresh from float32 x
         assert plotting.PRECISION_COLORS["e5m2"] in {matplotlib.colors.to_hex(p.get_facecolor())

@@ -181,7 +181,7 @@ def recipe_flow(recipe) -> list[dict]:
     for gemm, formula, name_a, name_b, _ in _GEMM_ROWS:
         for side, name in (("a", name_a), ("b", name_b)):
             key, op = f"{gemm}.{side}", ops[f"{gemm}.{side}"]
-            how, reuses = _cast(op, r.pow2_scales, name[:-1] if name.endswith("ᵀ") else None), None
+            how, reuses = _cast(op, op.pow2, name[:-1] if name.endswith("ᵀ") else None), None
             src = _REUSE.get(key)
             if key == "wgrad.b" and r.wgrad_x_from_fprop:
                 how, reuses = "re-tile 1×128 → 128×1\n(decode, re-quantize)", src
@@ -251,7 +251,8 @@ def plot_recipe(recipe, ax=None, path=None):
     arrow(xo, 9 - 3.2 * 2 - 0.31, xo, y_opt + 0.31)
     box(xs, y_opt, "master weights W\nFP32 (read by Fprop\nand Dgrad above)", "fp32", w=2.0, h=0.9)
     arrow(xo - 0.9, y_opt, xs + 1.0, y_opt)
-    extra = ["scales rounded up to powers of two" if r.pow2_scales else "",
+    pow2 = r.pow2_operands
+    extra = [f"scales rounded up to powers of two: {', '.join(pow2)}" if pow2 else "",
              "x not kept in FP32: Wgrad re-tiles Fprop's codes" if r.wgrad_x_from_fprop else ""]
     title = f"recipe {r.name!r}: one Linear layer (in the style of DeepSeek-V3's Figure 6, arXiv 2412.19437)"
     ax.set_title(title + "".join(f"\n{e}" for e in extra if e), fontsize=9)

@@ -238,7 +238,7 @@ class DeviceLinear:
         self.float_x = isinstance(self.xt_codes, _Codes)  # Wgrad quantizes x^T afresh: x must stay float32
         # dy in 1 x 128 tiles for Dgrad and dy^T in 1 x 128 tiles for Wgrad: both from one read of dy
         self.dual = (r.dgrad.a.granularity == "tile" and r.wgrad.a == r.dgrad.a and isinstance(self.dyt_codes, _Codes)
-                     and mode in quantize_fine.DUAL_MODES)
+                     and self.dy_codes.mode in quantize_fine.DUAL_MODES)
         if isinstance(self.wt_codes, _Codes):
             self.wt = _empty((K, N))
         if isinstance(self.dyt_codes, _Codes) and not self.dual:
