@@ -15,6 +15,8 @@ import numpy as np
 from .device import select as _backend
 from .kernels import MODULES as BENCHES  # the registry only; kernel modules are imported on use
 
+SIZES = ("default", "large")  # training.loop.PRESETS' names (a test checks), written out: importing loop picks a backend
+
 TORCH_HOW = ".venv/bin/pip install -e '.[torch]' (PyTorch is optional: the course's first rung and peer)"
 
 
@@ -72,7 +74,7 @@ def _train(args) -> int:
                   engine=args.engine, progress=not args.no_progress, task=args.task, d_in=args.d_in,
                   d_out=args.d_out, noise=args.noise, context=args.context, embed=args.embed, hidden=args.hidden,
                   blocks=args.blocks, moments=args.moments, eval_every=args.eval_every, outliers=args.outliers,
-                  eval_batches=args.eval_batches)
+                  eval_batches=args.eval_batches, size=args.size)
     # everything is checked before the first recipe trains: the options, every recipe's folders, the memory
     prepared = {r: loop.prepare(r, **common) for r in recipes}
     plan = (preflight.comparison(prepared, args.save, args.resume) if folders else
@@ -293,6 +295,10 @@ def _bench(args) -> int:
             from .comm import overlap
 
             status |= overlap.main(args.rest)
+        elif name == "train":  # the capstone's step against PyTorch peers (minutes on a GPU: not part of all)
+            from .training import speed
+
+            status |= speed.main(args.rest)
         else:  # each kernel module's own options (--markdown, --check-only, ...)
             status |= load(name).main(args.rest)
     return status
@@ -376,6 +382,10 @@ def _main(argv: list[str]) -> int:
     t.add_argument("--embed", type=int, help="chars: embedding width per character (default 32; 16 simulated)")
     t.add_argument("--hidden", type=int, help="chars: SwiGLU width (default 1024; 16 simulated)")
     t.add_argument("--blocks", type=int, help="chars: residual blocks (default 4; 1 simulated)")
+    t.add_argument("--size", default="default", choices=SIZES,
+                   help="chars: a named model size, its sizes, steps and lr as defaults (the options above still "
+                        "override them): default (the backend's), large (width 2048, SwiGLU 5632, 16384 windows a "
+                        "step, 300 steps: GEMMs dominate the step; a GPU size)")
     t.add_argument("--moments", choices=R.MOMENTS,
                    help="chars: AdamW moments' storage (default: the recipe's: bf16 in fp8-deepseek, else fp32)")
     t.add_argument("--eval-batches", type=int, help="chars: batches of validation windows (default 8 on a GPU, 1 "
@@ -416,13 +426,16 @@ def _main(argv: list[str]) -> int:
     b = sub.add_parser("bench", help="check every kernel version against its reference, then time it",
                        description="Check every version of a kernel module against its reference, then time it "
                                    "(on a GPU). OP defaults to all; options go after it: fp8lab bench gemm --markdown.")
-    b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("overhead", "overlap", "all"), metavar="OP",
+    b.add_argument("op", nargs="?", default="all", choices=BENCHES + ("overhead", "overlap", "train", "all"),
+                   metavar="OP",
                    help=f"a kernel module ({', '.join(BENCHES)}), overhead (the public API against its "
                         "preallocated kernels), overlap (copies on streams beside a GEMM; the GEMM on part of the SMs "
-                        "beside a copy), or all (default)")
+                        "beside a copy), train (the capstone's step time, the course's recipes against PyTorch "
+                        "peers, at each size, and the crossover width; not part of all), or all (default)")
     b.add_argument("rest", nargs=argparse.REMAINDER,
                    help="passed to each kernel module: --markdown (a BENCHMARKS.md section), --check-only, and "
-                        "module options (gemm: --plot PATH; fp8_gemm: --deepseek; overlap: --plot DIR)")
+                        "module options (gemm: --plot PATH; fp8_gemm: --deepseek; overlap: --plot DIR; train: --sizes, "
+                        "--widths, --steps, --plot PATH)")
 
     a = sub.add_parser("alltoall", help="MoE dispatch in FP8 and combine in BF16 as an all-to-all among processes "
                                         "(needs PyTorch)")

@@ -285,12 +285,13 @@ def _markdown(module, short, checks, tables, seconds, flags=()) -> str:
     return "\n".join(lines)
 
 
-def main(module_name: str, argv=None) -> int:
-    """Check every version of the kernel module, then time it: `python -m fp8lab.kernels.<op> [--markdown]`."""
+def main(module_name: str, argv=None, name: str | None = None) -> int:
+    """Check every version of the kernel module, then time it: `python -m fp8lab.kernels.<op> [--markdown]`.
+    name: what `fp8lab bench NAME` calls it, when that is not the module's own name."""
     module = sys.modules.get(module_name) or importlib.import_module(module_name)
     if module_name == "__main__":  # python -m fp8lab.kernels.<op>
         module_name = module.__spec__.name
-    short = _short(module_name)
+    short = name or _short(module_name)
     parser = argparse.ArgumentParser(prog=f"fp8lab bench {short}",
                                      description=(module.__doc__ or "").strip().splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print one BENCHMARKS.md section instead")

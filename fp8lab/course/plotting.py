@@ -95,6 +95,36 @@ def plot_breakdown(histories, ax=None, path=None, title=None):
     return fig
 
 
+def plot_crossover(widths, series: dict, path=None, subtitle: str = "", ax=None):
+    """Step time against model width, one line per run (fp8lab.training.speed.crossover: {label: [ms or None per
+    width]}), log-log: where FP8 starts to pay is where its line crosses below BF16's. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+    else:
+        fig = ax.figure
+    for label, row in series.items():
+        pts = [(w, ms) for w, ms in zip(widths, row) if ms is not None]
+        if pts:
+            style = "-o" if label.startswith("fp8lab") else "--s"
+            ax.plot(*zip(*pts), style, label=label, markersize=4)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(list(widths), [str(w) for w in widths])
+    ax.set_xlabel("model width (SwiGLU width x 2.75, 4 blocks)")
+    ax.set_ylabel("training step (ms)")
+    ax.set_title("where FP8 starts to pay" + (f" ({subtitle})" if subtitle else ""), fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    if path is not None:
+        import os
+
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=120)
+    return fig
+
+
 def plot_ladder(tflops: dict, cublas: float | None = None, path=None, ax=None, title=None, source: str = "this run"):
     """Bar chart of the ladder: TFLOP/s per version (measured) with the cuBLAS and FP32-peak lines; returns the
     figure. `source` says where the numbers come from ("this run", or a recorded run's device and date). When

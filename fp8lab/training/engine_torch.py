@@ -18,8 +18,10 @@ from ..numerics import ops, recipes
 from . import corpus, model as lm
 
 
-def _model(torch, cfg: lm.Config, params: dict):
+def _model(torch, cfg: lm.Config, params: dict, linear=None):
+    """The model as torch modules; `linear(in, out)` makes the blocks' Linears (default nn.Linear without bias)."""
     nn, F = torch.nn, torch.nn.functional
+    linear = linear or (lambda i, o: nn.Linear(i, o, bias=False))
 
     class RMSNorm(nn.Module):
         def __init__(self, g):
@@ -33,8 +35,8 @@ def _model(torch, cfg: lm.Config, params: dict):
         def __init__(self, i):
             super().__init__()
             self.norm = RMSNorm(params[f"g{i}"])
-            self.w1 = nn.Linear(cfg.width, 2 * cfg.hidden, bias=False)
-            self.w2 = nn.Linear(cfg.hidden, cfg.width, bias=False)
+            self.w1 = linear(cfg.width, 2 * cfg.hidden)
+            self.w2 = linear(cfg.hidden, cfg.width)
             self.w1.weight.data.copy_(torch.from_numpy(params[f"w1_{i}"]))
             self.w2.weight.data.copy_(torch.from_numpy(params[f"w2_{i}"]))
 
@@ -68,17 +70,68 @@ def check_recipe(recipe: recipes.Recipe) -> None:
                          f"{recipe.name!r} ({recipe.gemm_precision} GEMMs): use engine='kernels' or 'reference'")
 
 
+FLOAT8 = {
+    "rowwise": "torchao float8 training, one scale per row (power-of-two scales)",
+    "tensorwise": "torchao float8 training, one scale per tensor",
+    "te-blockwise": "Transformer Engine, Float8BlockScaling (1 x 128 activations, 128 x 128 weights: DeepSeek-V3's)",
+}
+"""The FP8 training peers `train(float8=...)` runs, on an sm_89+ GPU where their library is installed (peer_status
+says which): the blocks' Linears in FP8, the embedding and the head in BF16, as DeepSeek-V3 keeps them."""
+
+
+def peer_status(compile: bool = False, float8: str | None = None) -> tuple[bool, str]:
+    """(can train(compile=..., float8=...) run here, why not). Imports nothing heavy beyond PyTorch."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False, "PyTorch is not installed"
+    import torch
+
+    if float8 is None:
+        return True, "PyTorch " + torch.__version__
+    if float8 not in FLOAT8:
+        raise ValueError(f"float8 must be None or one of {tuple(FLOAT8)}, got {float8!r}")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
+        return False, "FP8 training needs an NVIDIA GPU of compute capability 8.9 or newer"
+    lib = "transformer_engine" if float8 == "te-blockwise" else "torchao"
+    if importlib.util.find_spec(lib) is None:
+        return False, f"{lib} is not installed (pip install {lib.replace('_', '-')})"
+    return True, lib
+
+
+def _float8(torch, model, float8: str):
+    """The blocks' Linears converted to FP8 training (torchao), in place; the head stays BF16."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(float8),
+                               module_filter_fn=lambda module, fqn: fqn.startswith("blocks."))
+
+
 def train(cfg: lm.Config, steps: int, batch: int, lr: float, seed: int = 0, *, autocast: bool = True,
-          device: str | None = None, eval_batches: int = 4) -> dict:
+          device: str | None = None, eval_batches: int = 4, compile: bool = False, float8: str | None = None) -> dict:
     """Train the PyTorch model; returns {"loss": per-step losses, "val_loss": final validation loss (nats, on
     eval_batches batches of the validation windows fl.train uses), "step_seconds": wall time of each step,
     "step_ms": their median, "device": ...}. autocast: BF16 autocast of the forward (the GEMMs in bfloat16, as
-    mixed-precision training does it); device: "cuda" when available."""
+    mixed-precision training does it); device: "cuda" when available. compile: the model under torch.compile (its
+    first steps compile: the median skips them when steps is large enough). float8: an FP8 peer of FLOAT8 for the
+    blocks' Linears (peer_status says whether it runs here), with BF16 autocast for the rest."""
     import torch
 
+    ok, why = peer_status(compile, float8)
+    if not ok:
+        raise RuntimeError(f"float8={float8!r}: {why}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     c = corpus.load()
-    model = _model(torch, cfg, lm.init_params(cfg, seed)).to(device)
+    linear = None
+    if float8 == "te-blockwise":
+        import transformer_engine.pytorch as te
+
+        linear = lambda i, o: te.Linear(i, o, bias=False, params_dtype=torch.float32)  # noqa: E731
+    model = _model(torch, cfg, lm.init_params(cfg, seed), linear).to(device)
+    if float8 in ("rowwise", "tensorwise"):
+        _float8(torch, model, float8)
+    fp8_context = _te_autocast if float8 == "te-blockwise" else _no_context
+    step_model = torch.compile(model) if compile else model
     decayed = [p for n, p in model.named_parameters() if n.endswith(("w1.weight", "w2.weight", "head.weight"))]
     other = [p for n, p in model.named_parameters() if not n.endswith(("w1.weight", "w2.weight", "head.weight"))]
     opt = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
@@ -88,8 +141,8 @@ def train(cfg: lm.Config, steps: int, batch: int, lr: float, seed: int = 0, *, a
     for _ in range(steps):
         t0 = time.perf_counter()
         ids, tgt = (torch.from_numpy(a).long().to(device) for a in c.batch(stream, "train", batch, cfg.context))
-        with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=autocast):
-            logits = model(ids)
+        with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=autocast), fp8_context():
+            logits = step_model(ids)
         loss = torch.nn.functional.cross_entropy(logits, tgt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -97,8 +150,23 @@ def train(cfg: lm.Config, steps: int, batch: int, lr: float, seed: int = 0, *, a
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
     ids, tgt = c.eval_windows("val", eval_batches * batch, cfg.context)
-    with torch.no_grad(), torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=autocast):
+    with torch.no_grad(), torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=autocast), \
+            fp8_context():
         logits = model(torch.from_numpy(ids).long().to(device))
         val = torch.nn.functional.cross_entropy(logits.float(), torch.from_numpy(tgt).long().to(device)).item()
     return {"loss": losses, "val_loss": val, "step_seconds": times, "step_ms": 1e3 * float(np.median(times)),
             "device": device}
+
+
+def _no_context():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _te_autocast():
+    """Transformer Engine's FP8 region with its block-scaling recipe (1 x 128 / 128 x 128 scales)."""
+    import transformer_engine.pytorch as te
+    from transformer_engine.common import recipe
+
+    return te.fp8_autocast(enabled=True, fp8_recipe=recipe.Float8BlockScaling())

@@ -63,9 +63,29 @@ SIM_COST = runtime.SimCost(1.2, 1.5e-5, 5.0e-4, step=True, names="batch x d_in x
 language model's step is estimated as one of (batch, width, 2 * hidden)."""
 
 
-def sizes(task: str) -> dict:
-    """The defaults of `task` ("teacher" or "chars") on this backend: sizes, steps, lr, ema_decay, ..."""
-    return runtime.per_backend(SIZES[V.choice("task", task, TASKS)])
+PRESETS = {
+    "default": {},
+    # GEMMs that dominate the step: width 2048 (16 characters x 128), SwiGLU 5632 (as Llama-style models of that width),
+    # 16,384 windows a step; on an H200 a few hundred steps take minutes (the corpus is seen about 4 times: the
+    # validation loss stops falling early, this size is for speed). lr halved for the wider model (not tuned)
+    "large": dict(batch=16384, context=16, embed=128, hidden=5632, blocks=4, steps=300, lr=5e-4, eval_every=50,
+                  eval_batches=2),
+}
+"""Named model sizes of task "chars" (fl.train(size=...), `fp8lab train --size`): "default" is the backend's
+(sizes("chars")); the others replace those values on any backend (under the simulator a large run takes hours, and
+fl.train warns before it starts)."""
+
+
+def sizes(task: str, size: str = "default") -> dict:
+    """The defaults of `task` ("teacher" or "chars") on this backend: sizes, steps, lr, ema_decay, ...; for task
+    "chars", `size` a name in PRESETS."""
+    defaults = dict(runtime.per_backend(SIZES[V.choice("task", task, TASKS)]))
+    V.choice("size", size, tuple(PRESETS))
+    if size != "default" and task != "chars":
+        raise ValueError(f"size: a named size is for task='chars' (the language model), got size={size!r} with "
+                         f"task={task!r}")
+    defaults.update(PRESETS[size])
+    return defaults
 
 
 class TrainingDiverged(FloatingPointError):
@@ -166,6 +186,7 @@ def train(
     resume=None,
     outliers: float | None = None,
     eval_batches: int | None = None,
+    size: str = "default",
 ) -> History:
     """Train on `task` with `recipe` and return its History (per-step losses in `history.loss`).
 
@@ -178,7 +199,8 @@ def train(
     with the same losses as an uninterrupted run; see fp8lab.training.checkpoint; `outliers` a power of two s:
     W1's input gets OUTLIER_CHANNELS channels s times larger and W1 those columns s times smaller, the same
     product, a controlled test of the FP8 scales, see fp8lab.training.model; `eval_batches` batches of validation
-    windows, the same windows in every run). Options of the other task raise a ValueError naming them.
+    windows, the same windows in every run; `size` "default" or "large", PRESETS: the defaults of the sizes, steps and
+    lr, which arguments still override). Options of the other task raise a ValueError naming them.
     engine: "kernels" (default), "reference" (NumPy) or "torch" (task "chars" only; float32 or bfloat16 GEMMs;
     no checkpoints, no EMA; its validation loss once, at the end).
 
@@ -251,7 +273,7 @@ class Settings:
 def prepare(recipe="fp8-tensor", steps=None, seed=0, *, task="teacher", batch=None, d_in=None, d_out=None, lr=None,
             optimizer=None, noise=0.5, ema_decay=None, engine="kernels", progress=True, context=None, embed=None,
             hidden=None, blocks=None, moments=None, eval_every=None, save=None, resume=None, outliers=None,
-            eval_batches=None) -> Settings:
+            eval_batches=None, size="default") -> Settings:
     """fl.train's checks of its arguments and folders, without training (fl.train's arguments; the memory is
     checked by fp8lab.training.preflight.check_memory): the Settings whose run() trains."""
     recipe = recipes.get(recipe)
@@ -276,7 +298,7 @@ def prepare(recipe="fp8-tensor", steps=None, seed=0, *, task="teacher", batch=No
     if given:
         owner = "chars" if task == "teacher" else "teacher"
         raise ValueError(f"{', '.join(given)}: only for task={owner!r}, got task={task!r}")
-    defaults = sizes(task)
+    defaults = sizes(task, size)
     steps = V.positive_int("steps", defaults["steps"] if steps is None else steps)
     batch = V.positive_int("batch", defaults["batch"] if batch is None else batch)
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
