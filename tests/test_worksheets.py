@@ -246,9 +246,6 @@ def test_build_refuses_when_a_solution_fails(tmp_path):
 # Hints in two steps: `### HINT:` in the exercise, `### HINT2:` (the answer) in exercises/.hints.json
 # ----------------------------------------------------------------------------------------------------------------
 
-NO_SECOND_HINT = {"ws9"}  # issue 29: ws9 is rewritten on another branch, which adds its HINT2 lines
-
-
 def _second_hints() -> dict:
     return json.loads(worksheets.generated_files(SOLUTIONS)[hints.FILE])["worksheets"]
 
@@ -262,8 +259,7 @@ def test_exercises_hold_no_second_hint(generated):
         code = "\n".join(c.source for c in source.cells if c.cell_type == "code")
         assert "HINT2" not in text
         for q in entry["questions"]:
-            if ws not in NO_SECOND_HINT:
-                assert q["hint"], f"{ws} {q['check']}: no ### HINT2: line in its answer regions"
+            assert q["hint"], f"{ws} {q['check']}: no ### HINT2: line in its answer regions"
             for line in q["hint"]:
                 assert line not in code, f"{ws} {q['check']}: the second hint {line!r} is in the exercise"
         assert [q["check"] for q in entry["questions"]] == [
@@ -273,8 +269,6 @@ def test_exercises_hold_no_second_hint(generated):
 @pytest.mark.parametrize("name", NAMES)
 def test_worksheet_intro_says_how_to_get_the_second_hint(name):
     ws = name.split("_")[0]
-    if ws in NO_SECOND_HINT:
-        pytest.skip("no second hints yet")
     intro = nbformat.read(SOLUTIONS / name, as_version=4).cells[0].source
     assert f'check.hint("{ws}", ' in intro and f"fp8lab grade {ws} --hints" in intro
 
