@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fp8lab.course import check
+from fp8lab.course.check import ws13
 from fp8lab.device.runtime import cuda
 from fp8lab.numerics import accum, formats
 
@@ -287,9 +288,9 @@ def test_ws12_ws13_placeholders_are_not_attempted():
 
 def test_pipeline_batches_bad_input():
     with pytest.raises(ValueError, match="n must be"):
-        check.pipeline_batches(n=0)
+        ws13.pipeline_batches(n=0)
     with pytest.raises(TypeError, match="gemm must be a tuple"):
-        check.pipeline_batches(gemm=5)
+        ws13.pipeline_batches(gemm=5)
 
 
 @pytest.mark.gpu

@@ -70,7 +70,7 @@ from .ws8 import clipped_at_spike, delayed_quantize_steps, scale_from_history
 from .ws9 import fp8_wgrad, requantize_tile_to_col, wgrad_errors
 from .ws10 import memory_per_parameter, per_tensor_breaks_at, which_precision
 from .ws12 import FP8_GEMM_BLOCK, fp8_gemm_promoted_kernel, promotion_vs_k, scaled_group_sum
-from .ws13 import PIPELINE_SIZES, issue_overlap, pipeline, pipeline_batches, time_ms
+from .ws13 import issue_overlap, pipeline, time_ms
 from . import (lecture00, lecture01, lecture02, lecture03, lecture04, lecture05, lecture06, lecture07, lecture08,
     lecture09)
 
@@ -112,8 +112,6 @@ __all__ = [
     "scaled_group_sum",
     "fp8_gemm_promoted_kernel",
     "promotion_vs_k",
-    "PIPELINE_SIZES",
-    "pipeline_batches",
     "issue_overlap",
     "pipeline",
     "time_ms",

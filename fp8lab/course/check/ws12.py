@@ -7,6 +7,10 @@ The wrong-answer models below only choose a hint; right or wrong is always decid
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
+
 import numpy as np
 
 from ... import bench
@@ -16,12 +20,36 @@ from ...kernels import fp8_gemm as fg
 from ...numerics import accum, formats, spec
 from ...numerics.spec import GROUP_K, QuantizedTensor
 from ._core import NotAttempted, fail, launch, not_attempted_message, question, require_kernel, still_a_placeholder
-from .ws7 import _call, _require_own_code
 
 __all__ = ["FP8_GEMM_BLOCK", "scaled_group_sum", "fp8_gemm_promoted_kernel", "promotion_vs_k"]
 
 FP8_GEMM_BLOCK = (16, 4)  # threads per block: 16 along n (threadIdx.x), 4 along m (threadIdx.y)
 _LUT = formats.value_table(formats.E4M3).astype(np.float32)  # code -> value, 256 entries
+
+
+def _call(q, fn, call, args, hint):
+    """fn(*args), a learner's exception turned into a failure naming the call (`call`: a short description)."""
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise
+    except Exception as e:
+        fail(q, [f"{call} raised {type(e).__name__}: {e}"[:600]], hint)
+
+
+def _require_own_code(q, fn, instead):
+    """Refuse an answer whose source calls the library's references (it would be checked against itself)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return
+    for node in ast.walk(tree):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name in {"dot_limited", "limited_step", "fp8_gemm", "reference64"} or (
+                isinstance(node, ast.Attribute) and name == "reference"):
+            fail(q, [f"{getattr(fn, '__name__', 'your function')} calls {name}: that is what the check compares "
+                     "with"], f"write the arithmetic yourself ({instead}); the library is the reference, not part "
+                              "of the answer")
 
 
 def _operands(rng, M, N, K):
