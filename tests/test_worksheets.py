@@ -27,7 +27,8 @@ CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_ke
           "mma_a_fragment", "cvt_e4m3x2_intrinsic", "one_f_one_b", "table2_bubbles", "memory_per_device",
           "scale_from_history", "delayed_quantize_steps", "clipped_at_spike", "requantize_tile_to_col", "fp8_wgrad",
           "wgrad_errors", "memory_per_parameter", "which_precision", "per_tensor_breaks_at",
-          "accumulate_limited", "promoted_dot", "promotion_errors"}
+          "accumulate_limited", "promoted_dot", "promotion_errors", "scaled_group_sum", "fp8_gemm_promoted_kernel",
+          "promotion_vs_k", "issue_overlap", "pipeline", "time_ms"}
 LECTURES = {  # the lecture each worksheet links to (and back to)
     "ws1_fp8_encode_decode.ipynb": "03_fp8_formats",
     "ws2_rmsnorm_kernel.ipynb": "01_cuda_primer",
@@ -39,6 +40,8 @@ LECTURES = {  # the lecture each worksheet links to (and back to)
     "ws8_delayed_scaling.ipynb": "04_scaling_and_quantization",
     "ws9_fp8_linear_backward.ipynb": "08_training_the_deepseek_way",
     "ws10_training_recipe.ipynb": "08_training_the_deepseek_way",
+    "ws12_fp8_gemm_promotion.ipynb": "06_fp8_gemm_and_accumulation",
+    "ws13_two_stream_overlap.ipynb": "09_overlap_and_communication",
 }
 
 

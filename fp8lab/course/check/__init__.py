@@ -24,6 +24,12 @@
     check.memory_per_parameter(fn)                 # ws10: bytes a parameter keeps between steps, per recipe
     check.which_precision(fn)                      # ws10: FP8, BF16 or FP32 for each op of fp8-deepseek's step
     check.per_tensor_breaks_at(fn)                 # ws10: the outlier magnitude where per-tensor scaling breaks
+    check.scaled_group_sum(fn)                     # ws12: one K-group's partial sum times sa * sb, bit for bit
+    check.fp8_gemm_promoted_kernel(kernel)         # ws12: the FP8 GEMM, scales per K-group, FP32 total, one thread/output
+    check.promotion_vs_k(fn)                       # ws12: max relative error vs K, no promotion / every 128 / FP32
+    check.issue_overlap(fn)                        # ws13: a copy and the FP8 GEMM on two streams (try_overlap)
+    check.pipeline(fn)                             # ws13: double-buffered copies and GEMMs ordered by events, no race
+    check.time_ms(fn)                              # ws13: a timer of two CUDA events on the default stream
 
     check.lecture04.ex7(answer)                    # lecture 04, exercise 7 (every lecture: check.lectureNN.exM)
 
@@ -64,6 +70,8 @@ from .ws7 import accumulate_limited, promoted_dot, promotion_errors
 from .ws8 import clipped_at_spike, delayed_quantize_steps, scale_from_history
 from .ws9 import fp8_wgrad, requantize_tile_to_col, retile_changes, wgrad_errors
 from .ws10 import memory_per_parameter, per_tensor_breaks_at, which_precision
+from .ws12 import FP8_GEMM_BLOCK, fp8_gemm_promoted_kernel, promotion_vs_k, scaled_group_sum
+from .ws13 import issue_overlap, pipeline, time_ms
 from . import (lecture00, lecture01, lecture02, lecture03, lecture04, lecture05, lecture06, lecture07, lecture08,
     lecture09)
 
@@ -102,6 +110,13 @@ __all__ = [
     "memory_per_parameter",
     "which_precision",
     "per_tensor_breaks_at",
+    "FP8_GEMM_BLOCK",
+    "scaled_group_sum",
+    "fp8_gemm_promoted_kernel",
+    "promotion_vs_k",
+    "issue_overlap",
+    "pipeline",
+    "time_ms",
     "lecture00",
     "lecture01",
     "lecture02",
