@@ -176,13 +176,13 @@ def tie_traps(amax, rng, n: int) -> np.ndarray:
     return (traps * np.where(rng.random(len(traps)) < 0.5, f(-1), f(1))).astype(np.float32)
 
 
-def call_answer(q, fn, args, hint):
+def call_answer(q, fn, args, hint, shown: str | None = None):
     """fn(*args) for a learner's function: an exception other than NotImplementedError (not attempted) becomes a
-    failure of question q naming the call, with the hint."""
+    failure of question q naming the call (`shown`, else the function and its arguments), with the hint."""
     try:
         return fn(*args)
     except NotImplementedError:
         raise
     except Exception as e:
-        call = f"{getattr(fn, '__name__', 'your function')}({', '.join(map(repr, args))})"
+        call = shown or f"{getattr(fn, '__name__', 'your function')}({', '.join(map(repr, args))})"
         fail(q, [f"{call} raised {type(e).__name__}: {e}"[:600]], hint)

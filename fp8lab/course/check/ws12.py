@@ -19,7 +19,8 @@ from ...device.runtime import cuda
 from ...kernels import fp8_gemm as fg
 from ...numerics import accum, formats, spec
 from ...numerics.spec import GROUP_K, QuantizedTensor
-from ._core import NotAttempted, fail, launch, not_attempted_message, question, require_kernel, still_a_placeholder
+from ._core import (NotAttempted, call_answer, fail, launch, not_attempted_message, question, require_kernel,
+                    still_a_placeholder)
 
 __all__ = ["FP8_GEMM_BLOCK", "scaled_group_sum", "fp8_gemm_promoted_kernel", "promotion_vs_k"]
 
@@ -29,12 +30,7 @@ _LUT = formats.value_table(formats.E4M3).astype(np.float32)  # code -> value, 25
 
 def _call(q, fn, call, args, hint):
     """fn(*args), a learner's exception turned into a failure naming the call (`call`: a short description)."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise
-    except Exception as e:
-        fail(q, [f"{call} raised {type(e).__name__}: {e}"[:600]], hint)
+    return call_answer(q, fn, args, hint, call)
 
 
 def _require_own_code(q, fn, instead):

@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 
 from ...numerics import accum, formats, spec
-from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder
+from ._core import NotAttempted, call_answer, fail, not_attempted_message, question, still_a_placeholder
 
 __all__ = ["accumulate_limited", "promoted_dot", "promotion_errors"]
 
@@ -30,12 +30,7 @@ _REFERENCE_NAMES = {"dot_limited", "limited_step", "error_vs_k", "fp8_gemm"}
 
 def _call(q, fn, call, args, hint):
     """fn(*args), a learner's exception turned into a failure naming the call."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise
-    except Exception as e:
-        fail(q, [f"{call} raised {type(e).__name__}: {e}"[:600]], hint)
+    return call_answer(q, fn, args, hint, call)
 
 
 def _calls_reference(fn) -> str | None:

@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 
 from ...numerics import formats, scaling, spec
-from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder
+from ._core import NotAttempted, call_answer, fail, not_attempted_message, question, still_a_placeholder
 
 __all__ = ["scale_from_history", "delayed_quantize_steps", "clipped_at_spike"]
 
@@ -21,12 +21,7 @@ _F = np.float32
 
 def _call(q, fn, args, shown, hint):
     """fn(*args), a learner's exception turned into a failure naming the call (`shown`)."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise
-    except Exception as e:
-        fail(q, [f"{shown} raised {type(e).__name__}: {e}"[:600]], hint)
+    return call_answer(q, fn, args, hint, shown)
 
 
 def _number(q, got, shown, hint):
