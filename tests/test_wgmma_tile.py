@@ -43,8 +43,8 @@ def test_reference_is_the_product(rng):
 @pytest.mark.parametrize("old, new, what", [
     ("smem[pad + ptx.swizzle_128b(i)] = v", "smem[pad + i] = v", "a stored without the swizzle"),
     ("desc_a + 2 * kk, desc_b + 2 * kk", "desc_a, desc_b + 2 * kk", "a's descriptor not stepped along K"),
-    ("wgmma_e4m3(part, smem, desc_a + 2 * kk, desc_b + 2 * kk, kk)",
-     "wgmma_e4m3(part, smem, desc_a + 2 * kk, desc_b + 2 * kk, 1)", "part not restarted at each K-group"),
+    ("wgmma(part, smem, desc_a + 2 * kk, desc_b + 2 * kk, kk)",
+     "wgmma(part, smem, desc_a + 2 * kk, desc_b + 2 * kk, 1)", "part not restarted at each K-group"),
 ])
 def test_broken_copies_fail(rng, old, new, what):
     """try_kernel with a broken editable copy: the module's checks reject it (and the library's kernel comes back)."""

@@ -34,11 +34,11 @@ LECTURES = {  # the lecture each worksheet links to (and back to)
     "ws3_tiled_gemm.ipynb": "05_cuda_through_gemm",
     "ws4_tile_quantize_kernel.ipynb": "04_scaling_and_quantization",
     "ws5_inline_ptx.ipynb": "07_ptx_sass_and_tensor_cores",
-    "ws6_pipeline_schedules.ipynb": "09_overlap_and_communication",
+    "ws6_pipeline_schedules.ipynb": "10_overlap_and_communication",
     "ws7_limited_accumulation.ipynb": "06_fp8_gemm_and_accumulation",
     "ws8_delayed_scaling.ipynb": "04_scaling_and_quantization",
-    "ws9_fp8_linear_backward.ipynb": "08_training_the_deepseek_way",
-    "ws10_training_recipe.ipynb": "08_training_the_deepseek_way",
+    "ws9_fp8_linear_backward.ipynb": "09_training_the_deepseek_way",
+    "ws10_training_recipe.ipynb": "09_training_the_deepseek_way",
 }
 
 

@@ -32,15 +32,14 @@ from .versions import Version, check_device
 TILE_M, TILE_N, TILE_K = 64, 128, GROUP_K  # one wgmma m64n128 tile; K staged one K-group (128 bytes) at a time
 THREADS = 128  # one warpgroup
 REGS = TILE_N // 2  # float32 accumulators per thread of an m64n128 wgmma (ptx.wgmma_d_layout)
-A_BYTES, B_BYTES = TILE_M * TILE_K, TILE_N * TILE_K  # the two swizzled tiles, rows of 128 bytes
-SMEM = A_BYTES + B_BYTES + 1024  # + slack to align the tiles to 1024 bytes (where the swizzle pattern repeats)
+A_TILE, B_TILE = TILE_M * TILE_K, TILE_N * TILE_K  # the two swizzled tiles, rows of 128 bytes
+SMEM = A_TILE + B_TILE + 1024  # + slack to align the tiles to 1024 bytes (where the swizzle pattern repeats)
 
-_U8 = runtime.numba_type("uint8")  # dynamic shared arrays take a numba type (the simulator reads its itemsize)
-_F0 = np.float32(0.0)
+U8 = runtime.numba_type("uint8")  # dynamic shared arrays take a numba type (the simulator reads its itemsize)
 
-wgmma_e4m3 = ptx.wgmma_m64k32(TILE_N, "e4m3", "e4m3")  # D (64 x 128) (+)= A (64 x 32) B (32 x 128), from shared memory
-wgmma_fence = ptx.wgmma_fence(REGS)  # the accumulators, ordered before the wgmma that reads them
-wgmma_wait_all = ptx.wgmma_wait_group(0, REGS)  # every committed wgmma done: the accumulators may be read
+wgmma = ptx.wgmma_m64k32(TILE_N, "e4m3", "e4m3")  # D (64 x 128) (+)= A (64 x 32) B (32 x 128), E4M3 from shared memory
+fence = ptx.wgmma_fence(REGS)  # wgmma.fence: the accumulators, ordered before the wgmma that reads them
+wait_all = ptx.wgmma_wait_group(0, REGS)  # wgmma.wait_group 0: every committed wgmma done, accumulators readable
 store_tile = make_store_wgmma(TILE_N)  # this thread's 64 outputs of the tile, edges masked
 
 
@@ -48,7 +47,7 @@ store_tile = make_store_wgmma(TILE_N)  # this thread's 64 outputs of the tile, e
 def wgmma_tile_kernel(a, sa, b, sb, c):
     """Block THREADS = 128 (one warpgroup), grid (ceil(N / 128), ceil(M / 64)): the 64 x 128 tile of c at rows
     64 blockIdx.y, columns 128 blockIdx.x. Shared memory: a's tile (64 rows of 128 bytes), then b's (128 rows)."""
-    smem = cuda.shared.array(0, _U8)
+    smem = cuda.shared.array(0, U8)
     part = cuda.local.array(REGS, np.float32)   # one K-group's sum, written by the tensor core
     total = cuda.local.array(REGS, np.float32)  # the FP32 sum over K-groups, on the CUDA cores
     M, K = a.shape
@@ -57,41 +56,41 @@ def wgmma_tile_kernel(a, sa, b, sb, c):
     m0, n0 = cuda.blockIdx.y * TILE_M, cuda.blockIdx.x * TILE_N
     base = ptx.shared_address(smem)
     pad = (1024 - base % 1024) % 1024
+    a_bytes, b_bytes = TILE_M * TILE_K, TILE_N * TILE_K  # the two tiles, rows of 128 bytes
     for o in range(REGS):
-        total[o] = _F0
+        total[o] = 0.0
     # K-major tiles: 8-row atoms of 128-byte rows, 1024 bytes apart (the stride offset); 1 = the 128-byte swizzle
     desc_a = ptx.smem_descriptor(base + pad, 16, 1024, 1)
-    desc_b = ptx.smem_descriptor(base + pad + A_BYTES, 16, 1024, 1)
+    desc_b = ptx.smem_descriptor(base + pad + a_bytes, 16, 1024, 1)
     for k0 in range(0, K, TILE_K):
         # byte k of row r goes where the swizzle puts it; zeros (code +0) past the edges of a, b and K
-        for i in range(tid, A_BYTES, THREADS):
+        for i in range(tid, a_bytes, THREADS):
             r, k = i // TILE_K, i % TILE_K
             v = np.uint8(0)
             if m0 + r < M and k0 + k < K:
                 v = a[m0 + r, k0 + k]
             smem[pad + ptx.swizzle_128b(i)] = v
-        for i in range(tid, B_BYTES, THREADS):
+        for i in range(tid, b_bytes, THREADS):
             r, k = i // TILE_K, i % TILE_K
             v = np.uint8(0)
             if n0 + r < N and k0 + k < K:
                 v = b[n0 + r, k0 + k]
-            smem[pad + A_BYTES + ptx.swizzle_128b(i)] = v
+            smem[pad + a_bytes + ptx.swizzle_128b(i)] = v
         ptx.fence_proxy_async()  # the stores above, visible to the tensor core (it reads through the async proxy)
         cuda.syncthreads()       # ... and every thread's stores, not only this one's
-        wgmma_fence(part)
+        fence(part)
         for kk in range(TILE_K // 32):  # a k-slice of 32 codes starts 32 bytes further: + 2 (32 >> 4) in the descriptor
-            wgmma_e4m3(part, smem, desc_a + 2 * kk, desc_b + 2 * kk, kk)  # scale-d 0 first: part = A B, then +=
+            wgmma(part, smem, desc_a + 2 * kk, desc_b + 2 * kk, kk)  # scale-d 0 first: part = A B, then +=
         ptx.wgmma_commit_group()
-        wgmma_wait_all(part)
+        wait_all(part)
         for o in range(REGS):
             total[o] += part[o]  # promotion: the K-group's partial sum leaves the tensor core
         cuda.syncthreads()  # every wgmma has read the tiles before the next K-group overwrites them
     s = sa[0, 0] * sb[0, 0]
     for o in range(REGS):
         total[o] = total[o] * s
-    t = tid % 128
-    row0 = m0 + 16 * (t // 32) + (t % 32) // 4  # this thread's rows: row0, row0 + 8 (ptx.wgmma_d_layout)
-    store_tile(c, total, row0, n0, t % 4, M, N)
+    row0 = m0 + 16 * (tid // 32) + (tid % 32) // 4  # this thread's rows: row0, row0 + 8 (ptx.wgmma_d_layout)
+    store_tile(c, total, row0, n0, tid % 4, M, N)
 
 
 def _launch(a, sa, b, sb, out):

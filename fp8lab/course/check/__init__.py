@@ -44,7 +44,7 @@ Outcomes:
 When the environment variable FP8LAB_CHECK_REPORT names a file, each outcome is also appended to it as one
 JSON line: this is how `fp8lab worksheets grade` builds its score table.
 
-The lectures' checkable exercises (fp8lab.course.check.lecture00 ... lecture09, one function per exercise) take an
+The lectures' checkable exercises (fp8lab.course.check.lecture00 ... lecture10, one function per exercise) take an
 answer (a number, a tuple, a list of codes or a small function) from the stub cell after each lecture's list of
 exercises. They compute the truth from the library and differ from the worksheets' checks in one way: an answer of
 None (the stub) prints "not tried yet: <where to start>" and returns, so a lecture runs top to bottom untouched. A
@@ -64,7 +64,7 @@ from .ws8 import clipped_at_spike, delayed_quantize_steps, scale_from_history
 from .ws9 import fp8_wgrad, requantize_tile_to_col, wgrad_errors
 from .ws10 import memory_per_parameter, per_tensor_breaks_at, which_precision
 from . import (lecture00, lecture01, lecture02, lecture03, lecture04, lecture05, lecture06, lecture07, lecture08,
-    lecture09)
+    lecture09, lecture10)
 
 __all__ = [
     "CheckFailed",
@@ -110,4 +110,5 @@ __all__ = [
     "lecture07",
     "lecture08",
     "lecture09",
+    "lecture10",
 ]
