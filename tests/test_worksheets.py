@@ -27,7 +27,7 @@ CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_ke
           "mma_a_fragment", "cvt_e4m3x2_intrinsic", "one_f_one_b", "table2_bubbles", "memory_per_device",
           "scale_from_history", "delayed_quantize_steps", "clipped_at_spike", "requantize_tile_to_col", "fp8_wgrad",
           "wgrad_errors", "memory_per_parameter", "which_precision", "per_tensor_breaks_at",
-          "accumulate_limited", "promoted_dot", "promotion_errors"}
+          "accumulate_limited", "promoted_dot", "promotion_errors", "swizzled_offset", "wgmma_tile_kernel"}
 LECTURES = {  # the lecture each worksheet links to (and back to)
     "ws1_fp8_encode_decode.ipynb": "03_fp8_formats",
     "ws2_rmsnorm_kernel.ipynb": "01_cuda_primer",
@@ -39,6 +39,7 @@ LECTURES = {  # the lecture each worksheet links to (and back to)
     "ws8_delayed_scaling.ipynb": "04_scaling_and_quantization",
     "ws9_fp8_linear_backward.ipynb": "09_training_the_deepseek_way",
     "ws10_training_recipe.ipynb": "09_training_the_deepseek_way",
+    "ws11_wgmma_tile.ipynb": "07_ptx_sass_and_tensor_cores",
 }
 
 

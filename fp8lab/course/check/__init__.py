@@ -23,6 +23,8 @@
     check.memory_per_parameter(fn)                 # ws10: bytes a parameter keeps between steps, per recipe
     check.which_precision(fn)                      # ws10: FP8, BF16 or FP32 for each op of fp8-deepseek's step
     check.per_tensor_breaks_at(fn)                 # ws10: the outlier magnitude where per-tensor scaling breaks
+    check.swizzled_offset(fn)                      # ws11: where the 128-byte swizzle stores byte k of row r
+    check.wgmma_tile_kernel(kernel)                # ws11: (a, sa, b, sb, c), one warpgroup per 64 x 128 wgmma tile
 
     check.lecture04.ex7(answer)                    # lecture 04, exercise 7 (every lecture: check.lectureNN.exM)
 
@@ -63,6 +65,7 @@ from .ws7 import accumulate_limited, promoted_dot, promotion_errors
 from .ws8 import clipped_at_spike, delayed_quantize_steps, scale_from_history
 from .ws9 import fp8_wgrad, requantize_tile_to_col, wgrad_errors
 from .ws10 import memory_per_parameter, per_tensor_breaks_at, which_precision
+from .ws11 import WGMMA_SMEM, WGMMA_THREADS, WGMMA_TILE_M, WGMMA_TILE_N, swizzled_offset, wgmma_tile_kernel
 from . import (lecture00, lecture01, lecture02, lecture03, lecture04, lecture05, lecture06, lecture07, lecture08,
     lecture09, lecture10)
 
@@ -100,6 +103,12 @@ __all__ = [
     "memory_per_parameter",
     "which_precision",
     "per_tensor_breaks_at",
+    "WGMMA_TILE_M",
+    "WGMMA_TILE_N",
+    "WGMMA_THREADS",
+    "WGMMA_SMEM",
+    "swizzled_offset",
+    "wgmma_tile_kernel",
     "lecture00",
     "lecture01",
     "lecture02",
