@@ -28,7 +28,7 @@ if sys.argv[1:2] == ["assemble"]:
     acc = json.load(open(f"{src}/tc_accum.json"))
     data["accum"] = {"matches": {f: {v: acc["families"][f][v]["matches"] for v in ("v1", "v2")} for f in acc["families"]},
                      "shift": {v: acc["families"]["shift"][v]["table"] for v in ("v1", "v2")}}
-    # (patterns, lines per pattern): the excerpts lecture 07 (b) prints, in the order of the patterns
+    # (patterns, lines per pattern): the excerpts lecture 07 (a) prints, in the order of the patterns
     pats = {"v3": ([r"F2FP", r"HADD2\.F32", r"LDS\.128", r"FFMA"], 2),
             "v4": ([r"LDGSTS", r"LDGDEPBAR|DEPBAR", r"LDSM", r"F2FP", r"HMMA"], 2),
             "v5": ([r"LDGSTS", r"DEPBAR", r"FENCE\.VIEW\.ASYNC", r"WARPGROUP", r"QGMMA", r"WARPSYNC|WARPGROUP\.DEPBAR"], 3),

@@ -45,6 +45,9 @@ KERNELS = {
                                                                  "partial * group_scale(sa, sb, m, n, 0)")),
     "fp8lab.kernels.tc_accum.mma_probe_kernel": ("tc_accum", 1, ("mma(_pack4(a, r, 4 * t), _pack4(a, r + 8, 4 * t)",
                                                                  "mma(_pack4(a, r + 8, 4 * t), _pack4(a, r, 4 * t)")),
+    "fp8lab.kernels.wgmma_tile.wgmma_tile_kernel": ("wgmma_tile", 1, ("desc_a + 2 * kk, desc_b", "desc_a, desc_b")),
+    "fp8lab.kernels.fp8_gemm.tensor_cores.fp8_gemm_kernel7": ("fp8_gemm", 7, ("while tm < tiles_m:",
+                                                                          "while tm < tiles_m - 1:")),
     "fp8lab.kernels.swiglu.swiglu_quantize_kernel2": ("swiglu", 2, ("vals[j] = swiglu_value(va[j], vb[j])",
                                                                     "vals[j] = va[j] * vb[j]")),
     "fp8lab.comm.sm_budget.copy_kernel": ("sm_budget", "copy", ("        while i < n:\n            dst8[i] = src8[i]\n"
@@ -62,6 +65,8 @@ INVITED = {
     "fp8lab.kernels.gemm.gemm_kernel3": "`for k0 in range(0, K - T3, T3):`",
     "fp8lab.kernels.fp8_gemm.simt.fp8_gemm_kernel1": "`group_scale(sa, sb, m, n, 0)`",
     "fp8lab.kernels.tc_accum.mma_probe_kernel": "swapping the first two A registers, rows `r` and `r + 8`",
+    "fp8lab.kernels.wgmma_tile.wgmma_tile_kernel": "deleting the `+ 2 * kk` from `desc_a`",
+    "fp8lab.kernels.fp8_gemm.tensor_cores.fp8_gemm_kernel7": "`while tm < tiles_m - 1:`",
     "fp8lab.kernels.swiglu.swiglu_quantize_kernel2": "`vals[j] = va[j] * vb[j]`",
     "fp8lab.comm.sm_budget.copy_kernel": "deleting the tail loop (the last `while i < n:` and its two lines)",
 }

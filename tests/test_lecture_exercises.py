@@ -1,4 +1,4 @@
-"""The lectures' checkable exercises (fp8lab.course.check.lecture00 ... lecture09): each check passes the right answer,
+"""The lectures' checkable exercises (fp8lab.course.check.lecture00 ... lecture10): each check passes the right answer,
 computed here from the library the way a learner would; takes None (the stub) as "not tried yet" without raising;
 and fails the likely wrong answers with their specific hint. Each lecture's stub cell, right after its list of
 exercises, calls exactly that lecture's checks with None, and the list marks them."""
@@ -35,7 +35,7 @@ W = runtime.WARP_SIZE
 def all_checks() -> dict:
     """{"lecture04.ex7": the check} for every lecture module of fp8lab.course.check."""
     out = {}
-    for n in range(10):
+    for n in range(11):
         mod = getattr(check, f"lecture{n:02d}")
         for name in mod.__all__:
             fn = getattr(mod, name)
@@ -300,38 +300,43 @@ CASES = {
         ((2050.0, 8190.0), "never rounds up"),
         ((2049.75, 8190.0), "toward zero, not down"),
     ]),
-    "lecture07.ex5": (lambda: (ldmatrix_ways(fg.BK4), ldmatrix_ways(fg.ROW4)), [
-        ((8, 8), "36 banks"),
-        ((32, 1), "16 bytes from each of 8 rows"),
-    ]),
-    "lecture07.ex6": (lanes_9, [
+    "lecture07.ex5": (lanes_9, [
         ((8, 6), "registers 2 and 3"),
         ((4, 5), "2 columns of D"),
         ((1, 6), "lane // 4 is the row"),
     ]),
-    "lecture07.ex7": (lambda: int(ptx.swizzle_128b_np(3 * 128 + 5 * 16)) % 128 // 16, [
+    "lecture07.ex6": (lambda: int(ptx.swizzle_128b_np(3 * 128 + 5 * 16)) % 128 // 16, [
         (5, "without the swizzle"),
         (8, "XOR, not addition"),
     ]),
-    "lecture08.ex6": (e5m2_thresholds, [
+    "lecture08.ex2": (lambda: (fg.STAGES5 * 2 * 128 * 128 / 1024, (fg.STAGES5 - 1) * 2 * 128 * 128 / 1024), [
+        ((64, 48), "a tile of a AND a tile of b"),
+        ((512, 384), "one byte per FP8 code"),
+        ((129, 97), "alignment slack"),
+    ]),
+    "lecture08.ex3": (lambda: (ldmatrix_ways(fg.BK4), ldmatrix_ways(fg.ROW4)), [
+        ((8, 8), "36 banks"),
+        ((32, 1), "16 bytes from each of 8 rows"),
+    ]),
+    "lecture09.ex6": (e5m2_thresholds, [
         ((math.log2(448 / 4 / 2.0**-6), math.log2(448 / 4 / 2.0**-10)), "E4M3's"),
         (lambda: e5m2_thresholds(zero=1), "HALF the smallest subnormal"),
         (lambda: e5m2_thresholds(amax_per_s=1), "about 4 s"),
     ]),
-    "lecture08.ex7": (lambda: (REC_NATS / math.log(2), math.log2(corpus.load().vocab_size)), [
+    "lecture09.ex7": (lambda: (REC_NATS / math.log(2), math.log2(corpus.load().vocab_size)), [
         (lambda: (REC_NATS, math.log2(corpus.load().vocab_size)), "in nats"),
         (lambda: (REC_NATS / math.log(2), math.log(corpus.load().vocab_size)), "not the natural log"),
     ]),
-    "lecture09.ex2": (lambda: (nvlink_bound(50), nvlink_bound(100)), [
+    "lecture10.ex2": (lambda: (nvlink_bound(50), nvlink_bound(100)), [
         ((3, 5), "at 3 nodes"),
         ((2, 5), "same time"),
         ((2, 2), "crossover moves"),
     ]),
-    "lecture09.ex3": (lambda: tuple(r["simulated"]["bubble"] for r in pipeline.compare(8, 20, F=1, B=2, W=0)), [
+    "lecture10.ex3": (lambda: tuple(r["simulated"]["bubble"] for r in pipeline.compare(8, 20, F=1, B=2, W=0)), [
         ((21, 21, 15), "Table 2's formula"),
         ((21, 7, 14), "ZB1P's schedule is 1F1B's"),
     ]),
-    "lecture09.ex6": (rounds, [
+    "lecture10.ex6": (rounds, [
         (lambda: rounds(math.floor), "round up"),
         (lambda: rounds(tile=64), "128 x 128"),
     ]),
@@ -348,7 +353,7 @@ def value(v):
 
 def test_every_check_has_cases():
     assert set(CASES) == set(CHECKS)
-    for n in range(10):
+    for n in range(11):
         assert any(name.startswith(f"lecture{n:02d}.") for name in CHECKS), f"lecture {n:02d} has no check"
         assert sum(name.startswith(f"lecture{n:02d}.") for name in CHECKS) >= 2, f"lecture {n:02d}: fewer than 2"
 
@@ -387,7 +392,7 @@ def test_answers_of_the_wrong_kind_fail_with_the_expected_form():
     with pytest.raises(CheckFailed, match="expected a function"):
         check.lecture04.ex3(0.001)
     with pytest.raises(CheckFailed, match="whole number"):
-        check.lecture07.ex7(6.5)
+        check.lecture07.ex6(6.5)
     with pytest.raises(CheckFailed, match="expected"):
         check.lecture03.ex2((True, 61440.0))
 
@@ -403,13 +408,13 @@ def test_a_function_answer_still_a_placeholder_is_not_tried_yet(capsys):
 def test_outcomes_are_recorded_for_grading(tmp_path, monkeypatch, capsys):
     report = tmp_path / "report.jsonl"
     monkeypatch.setenv(check.REPORT_ENV, str(report))
-    check.lecture07.ex7(None)
-    check.lecture07.ex7(value(CASES["lecture07.ex7"][0]))
+    check.lecture07.ex6(None)
+    check.lecture07.ex6(value(CASES["lecture07.ex6"][0]))
     with pytest.raises(CheckFailed):
-        check.lecture07.ex7(5)
+        check.lecture07.ex6(5)
     rows = [json.loads(line) for line in report.read_text().splitlines()]
     assert [(r["check"], r["status"]) for r in rows] == [
-        ("lecture07.ex7", "not attempted"), ("lecture07.ex7", "passed"), ("lecture07.ex7", "failed")]
+        ("lecture07.ex6", "not attempted"), ("lecture07.ex6", "passed"), ("lecture07.ex6", "failed")]
     assert "without the swizzle" in rows[2]["message"]
 
 

@@ -421,7 +421,7 @@ def test_gpu_sm_budget_realistic_sizes_are_timed(rng):
 
 
 def test_recorded_h200_run_rebuilds_and_round_trips():
-    """The H200 run shipped for lecture 09: its results rebuild from JSON, pass their own checks, and draw."""
+    """The H200 run shipped for lecture 10: its results rebuild from JSON, pass their own checks, and draw."""
     meta, st, sb = ov.recorded()
     assert "H200" in meta["device"] and meta["date"] and meta["how"]
     st.check()

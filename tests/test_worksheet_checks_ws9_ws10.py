@@ -320,8 +320,8 @@ def test_ws10_precisions_are_measured_per_recipe(rng):
         {"fp32": 16, "bf16": 16, "fp8-tensor": 16, "fp8-deepseek": 12}
 
 
-def test_ws10_sweep_breaks_where_lecture_08_says(rng):
-    """Per-tensor scaling holds to about 2^12 and fails past 2^15 (lecture 08 (f)); DeepSeek's tiles hold longer."""
+def test_ws10_sweep_breaks_where_lecture_09_says(rng):
+    """Per-tensor scaling holds to about 2^12 and fails past 2^15 (lecture 09 (f)); DeepSeek's tiles hold longer."""
     from fp8lab.course.check import ws10
 
     E = ws10.sweep(range(21), rng, 24, 64, 520)  # large enough that the break does not move with the draw

@@ -27,21 +27,22 @@ CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_ke
           "mma_a_fragment", "cvt_e4m3x2_intrinsic", "one_f_one_b", "table2_bubbles", "memory_per_device",
           "scale_from_history", "delayed_quantize_steps", "clipped_at_spike", "requantize_tile_to_col", "fp8_wgrad",
           "wgrad_errors", "memory_per_parameter", "which_precision", "per_tensor_breaks_at",
-          "accumulate_limited", "promoted_dot", "promotion_errors", "scaled_group_sum", "fp8_gemm_promoted_kernel",
-          "promotion_vs_k", "issue_overlap", "pipeline", "time_ms"}
+          "accumulate_limited", "promoted_dot", "promotion_errors", "swizzled_offset", "wgmma_tile_kernel",
+          "scaled_group_sum", "fp8_gemm_promoted_kernel", "promotion_vs_k", "issue_overlap", "pipeline", "time_ms"}
 LECTURES = {  # the lecture each worksheet links to (and back to)
     "ws1_fp8_encode_decode.ipynb": "03_fp8_formats",
     "ws2_rmsnorm_kernel.ipynb": "01_cuda_primer",
     "ws3_tiled_gemm.ipynb": "05_cuda_through_gemm",
     "ws4_tile_quantize_kernel.ipynb": "04_scaling_and_quantization",
     "ws5_inline_ptx.ipynb": "07_ptx_sass_and_tensor_cores",
-    "ws6_pipeline_schedules.ipynb": "09_overlap_and_communication",
+    "ws6_pipeline_schedules.ipynb": "10_overlap_and_communication",
     "ws7_limited_accumulation.ipynb": "06_fp8_gemm_and_accumulation",
     "ws8_delayed_scaling.ipynb": "04_scaling_and_quantization",
-    "ws9_fp8_linear_backward.ipynb": "08_training_the_deepseek_way",
-    "ws10_training_recipe.ipynb": "08_training_the_deepseek_way",
+    "ws9_fp8_linear_backward.ipynb": "09_training_the_deepseek_way",
+    "ws10_training_recipe.ipynb": "09_training_the_deepseek_way",
+    "ws11_wgmma_tile.ipynb": "07_ptx_sass_and_tensor_cores",
     "ws12_fp8_gemm_promotion.ipynb": "06_fp8_gemm_and_accumulation",
-    "ws13_two_stream_overlap.ipynb": "09_overlap_and_communication",
+    "ws13_two_stream_overlap.ipynb": "10_overlap_and_communication",
 }
 
 

@@ -6,7 +6,7 @@ DeepSeek-V3 (arXiv 2412.19437, section 3.2.2) gives 20 of the H800's 132 SMs to 
 GEMM TFLOP/s and copy GB/s for each split, and what giving 20 SMs away costs the GEMM; `plot_sm_budget` draws it.
 Under the simulator it runs at tiny sizes on a pretend device of 2 SMs and times nothing.
 
-`copy_kernel` is lecture 09's editable kernel: `checks(rng, only=["copy"])` checks it alone and `timings` with
+`copy_kernel` is lecture 10's editable kernel: `checks(rng, only=["copy"])` checks it alone and `timings` with
 `args.only = ["copy"]` times it on every SM (what `fp8lab.course.notebook.try_kernel` runs). `fp8lab bench overlap`
 (`fp8lab.comm.overlap`) runs this experiment with experiment 1 (`fp8lab.comm.streams`).
 """

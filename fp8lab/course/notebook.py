@@ -109,6 +109,8 @@ FACTORY_KERNELS = {
     "fp8lab.kernels.quantize_fine.tile.tile_fused_kernel2": 'tile_kernels("e4m3", 128, "amax")[2]',
     "fp8lab.kernels.fp8_gemm.simt.fp8_gemm_kernel1": "kernels(1, 2, -1, 0)[1]",
     "fp8lab.kernels.tc_accum.mma_probe_kernel": 'kernel(1, "e4m3", "e4m3")',
+    # fp8_gemm's checks of version 7: A in 1 x 128 tiles (1), B in 128 x 128 blocks (2), E4M3, K = 300 (byte loads)
+    "fp8lab.kernels.fp8_gemm.tensor_cores.fp8_gemm_kernel7": 'overlapped_kernel(7, 1, 2, "e4m3", "e4m3", 0)',
 }
 
 

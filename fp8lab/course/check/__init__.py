@@ -24,6 +24,8 @@
     check.memory_per_parameter(fn)                 # ws10: bytes a parameter keeps between steps, per recipe
     check.which_precision(fn)                      # ws10: FP8, BF16 or FP32 for each op of fp8-deepseek's step
     check.per_tensor_breaks_at(fn)                 # ws10: the outlier magnitude where per-tensor scaling breaks
+    check.swizzled_offset(fn)                      # ws11: where the 128-byte swizzle stores byte k of row r
+    check.wgmma_tile_kernel(kernel)                # ws11: (a, sa, b, sb, c), one warpgroup per 64 x 128 wgmma tile
     check.scaled_group_sum(fn)                     # ws12: one K-group's partial sum times sa * sb, bit for bit
     check.fp8_gemm_promoted_kernel(kernel)         # ws12: the FP8 GEMM, scales per K-group, FP32 total, one thread/output
     check.promotion_vs_k(fn)                       # ws12: max relative error vs K, no promotion / every 128 / FP32
@@ -51,7 +53,7 @@ Outcomes:
 When the environment variable FP8LAB_CHECK_REPORT names a file, each outcome is also appended to it as one
 JSON line: this is how `fp8lab worksheets grade` builds its score table.
 
-The lectures' checkable exercises (fp8lab.course.check.lecture00 ... lecture09, one function per exercise) take an
+The lectures' checkable exercises (fp8lab.course.check.lecture00 ... lecture10, one function per exercise) take an
 answer (a number, a tuple, a list of codes or a small function) from the stub cell after each lecture's list of
 exercises. They compute the truth from the library and differ from the worksheets' checks in one way: an answer of
 None (the stub) prints "not tried yet: <where to start>" and returns, so a lecture runs top to bottom untouched. A
@@ -70,10 +72,11 @@ from .ws7 import accumulate_limited, promoted_dot, promotion_errors
 from .ws8 import clipped_at_spike, delayed_quantize_steps, scale_from_history
 from .ws9 import fp8_wgrad, requantize_tile_to_col, retile_changes, wgrad_errors
 from .ws10 import memory_per_parameter, per_tensor_breaks_at, which_precision
+from .ws11 import WGMMA_SMEM, WGMMA_THREADS, WGMMA_TILE_M, WGMMA_TILE_N, swizzled_offset, wgmma_tile_kernel
 from .ws12 import FP8_GEMM_BLOCK, fp8_gemm_promoted_kernel, promotion_vs_k, scaled_group_sum
 from .ws13 import issue_overlap, pipeline, time_ms
 from . import (lecture00, lecture01, lecture02, lecture03, lecture04, lecture05, lecture06, lecture07, lecture08,
-    lecture09)
+    lecture09, lecture10)
 
 __all__ = [
     "CheckFailed",
@@ -110,6 +113,12 @@ __all__ = [
     "memory_per_parameter",
     "which_precision",
     "per_tensor_breaks_at",
+    "WGMMA_TILE_M",
+    "WGMMA_TILE_N",
+    "WGMMA_THREADS",
+    "WGMMA_SMEM",
+    "swizzled_offset",
+    "wgmma_tile_kernel",
     "FP8_GEMM_BLOCK",
     "scaled_group_sum",
     "fp8_gemm_promoted_kernel",
@@ -127,4 +136,5 @@ __all__ = [
     "lecture07",
     "lecture08",
     "lecture09",
+    "lecture10",
 ]

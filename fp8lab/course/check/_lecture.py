@@ -1,4 +1,4 @@
-"""What the lecture exercises' checks share (fp8lab.course.check.lecture00 ... lecture09).
+"""What the lecture exercises' checks share (fp8lab.course.check.lecture00 ... lecture10).
 
 A lecture runs top to bottom under nbval with its answer stubs untouched, so an answer of None (or a function that
 still raises NotImplementedError) prints "not tried yet: ..." with a hint of where to start, and returns. A right

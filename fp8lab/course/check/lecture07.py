@@ -1,46 +1,13 @@
-"""Lecture 07's exercises: the bank conflicts of an ldmatrix read with and without version 4's row padding, which
-lane of an mma.sync holds an element, and where the 128-byte swizzle stores a chunk, checked against
-fp8lab.kernels.fp8_gemm's row length and fp8lab.device.ptx's layouts (PTX ISA: "Matrix Fragments for mma.m16n8k32",
-"Matrix Descriptor Format"; shared memory: 32 banks of 4 bytes, CUDA C++ Programming Guide)."""
+"""Lecture 07's exercises: which lane of an mma.sync holds an element, and where the 128-byte swizzle stores a chunk,
+checked against fp8lab.device.ptx's layouts (PTX ISA: "Matrix Fragments for mma.m16n8k32", "Shared Memory Matrix
+Layout")."""
 
 from __future__ import annotations
 
 from ...device import ptx
-from ...kernels import fp8_gemm as fg
 from ._lecture import Wrong, as_int, as_tuple, exercise, matching_hint
 
-__all__ = ["ex5", "ex6", "ex7", "ldmatrix_ways", "mma_owner"]
-
-BANKS, BANK_BYTES, ROWS_PER_PHASE, ROW_READ = 32, 4, 8, 16
-
-
-def ldmatrix_ways(row_bytes: int) -> int:
-    """Passes of one ldmatrix phase: 16 bytes from each of 8 rows `row_bytes` apart; the most distinct 4-byte words
-    that fall in one bank."""
-    banks: dict[int, set] = {}
-    for r in range(ROWS_PER_PHASE):
-        for j in range(ROW_READ // BANK_BYTES):
-            word = (r * row_bytes) // BANK_BYTES + j
-            banks.setdefault(word % BANKS, set()).add(word)
-    return max(len(w) for w in banks.values())
-
-
-@exercise(7, 5, "row r of the shared tile starts at byte r * ROW4: which banks do its 16 bytes fall in, for r = 0..7?")
-def ex5(answer):
-    """(ways of an ldmatrix phase's conflict with rows of 128 bytes, with version 4's ROW4 = 144)."""
-    got = as_tuple(answer, 2, "two whole numbers: (ways with 128-byte rows, ways with ROW4-byte rows)", as_int)
-    unpadded = fg.BK4  # a K-group of 128 one-byte codes per row
-    want = (ldmatrix_ways(unpadded), ldmatrix_ways(fg.ROW4))
-    if got != want:
-        hint = matching_hint(got, [
-            ((32, 1), "ldmatrix reads 16 bytes from each of 8 rows per phase: at most 8 rows can share a bank"),
-            ((want[0], want[0]), f"{fg.ROW4} bytes = 36 banks: row r starts at bank 4r mod 32, 8 different groups of "
-                                 "4 banks"),
-            ((4, 1), "all 8 rows start at bank 0 when a row is 128 bytes (32 banks): 8 words per bank"),
-            ((1, 1), "with 128-byte rows every row starts at bank 0: the 8 rows' 16 bytes all fall in banks 0-3"),
-        ], rel=0, default="the bank of byte offset o is (o // 4) mod 32; count distinct words per bank")
-        raise Wrong(f"your answer {got} is not the conflict of an ldmatrix phase", hint)
-    return f"{want[0]}-way with 128-byte rows, {want[1]}-way with {fg.ROW4}: 16 bytes of padding per row"
+__all__ = ["ex5", "ex6", "mma_owner"]
 
 
 def mma_owner(operand: str, row: int, col: int) -> tuple[int, int]:
@@ -54,8 +21,8 @@ def mma_owner(operand: str, row: int, col: int) -> tuple[int, int]:
     raise ValueError(f"({row}, {col}) is not an element of operand {operand!r}")
 
 
-@exercise(7, 6, "ptx.mma_m16n8k32_layout(), or the picture of (d): lane // 4 picks rows, lane % 4 columns")
-def ex6(answer):
+@exercise(7, 5, "ptx.mma_m16n8k32_layout(), or the picture of the lanes: lane // 4 picks rows, lane % 4 columns")
+def ex5(answer):
     """(the lane that holds A[9, 17], the lane that holds D[9, 5]) in mma.sync.m16n8k32."""
     got = as_tuple(answer, 2, "two lanes 0..31: (A[9, 17], D[9, 5])", as_int)
     (la, ia), (lc, ic) = mma_owner("a", 9, 17), mma_owner("c", 9, 5)
@@ -80,8 +47,8 @@ def ex6(answer):
             f"{ic})")
 
 
-@exercise(7, 7, "ptx.swizzle_128b_np(row * 128 + chunk * 16) gives the byte it is stored at; divide its offset by 16")
-def ex7(answer):
+@exercise(7, 6, "ptx.swizzle_128b_np(row * 128 + chunk * 16) gives the byte it is stored at; divide its offset by 16")
+def ex6(answer):
     """At which 16-byte position of its 128-byte row the 128-byte swizzle stores chunk 5 of row 3 of an 8-row atom."""
     got = as_int(answer, "one whole number, a 16-byte position 0..7")
     row, chunk = 3, 5

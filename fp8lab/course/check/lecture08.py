@@ -1,75 +1,62 @@
-"""Lecture 08's exercises: where per-tensor scaling pushes typical values into the subnormals and to zero, for E5M2 this
-time, and the recorded run's loss in bits per character, checked against fp8lab.numerics.formats, fp8lab.training.corpus
-and the recorded H200 run (fp8lab.device.hardware.recorded)."""
+"""Lecture 08's exercises: the shared memory version 5's pipeline needs, and the bank conflicts of an ldmatrix read
+with and without version 4's row padding, checked against fp8lab.kernels.fp8_gemm's constants (shared memory: 32
+banks of 4 bytes, CUDA C++ Programming Guide)."""
 
 from __future__ import annotations
 
-import math
+from ...kernels import fp8_gemm as fg
+from ._lecture import Wrong, as_int, as_tuple, close, exercise, matching_hint
 
-from ...training import corpus
-from ...numerics import formats
-from ...device import hardware
-from ._lecture import Wrong, as_tuple, close, exercise, matching_hint
+__all__ = ["ex2", "ex3", "ldmatrix_ways", "stage_kib"]
 
-__all__ = ["ex6", "ex7", "outlier_thresholds"]
-
-AMAX_PER_S = 4  # (f): the tensor's amax is about 4 s, the largest of 512 Gaussian values in the outlier channel
+BANKS, BANK_BYTES, ROWS_PER_PHASE, ROW_READ = 32, 4, 8, 16
 
 
-def outlier_thresholds(fmt, amax_per_s: float = AMAX_PER_S, zero_below: str = "half") -> tuple[float, float]:
-    """(log2 s where a typical value of 1 reaches fmt's subnormals, log2 s where it rounds to zero) under one scale
-    per tensor that maps the amax, about amax_per_s * s, to fmt's largest value."""
-    fmt = formats.get_format(fmt)
-    top = fmt.max_normal / amax_per_s  # where a value of 1 lands, times s
-    smallest = fmt.min_subnormal / 2 if zero_below == "half" else fmt.min_subnormal
-    return math.log2(top / fmt.min_normal), math.log2(top / smallest)
+def stage_kib(stages: int) -> float:
+    """KiB of shared memory `stages` stages of version 5 hold: per stage one K-group of a and of b (128 rows of 128
+    codes each, one byte per code), without the alignment slack."""
+    return stages * 2 * fg.TILE5 / 1024  # a stage: a's tile and b's, fg.TILE5 = 128 x 128 bytes each
 
 
-@exercise(8, 6, "redo (f)'s reasoning with E5M2's numbers: fl.E5M2.max_normal, min_normal, min_subnormal")
-def ex6(answer):
-    """(log2 s where the typical values reach E5M2's subnormals, log2 s where they round to zero), with one scale
-    per tensor and the amax about 4 s."""
-    got = as_tuple(answer, 2, "two numbers: (log2 s at the subnormals, log2 s at zero)")
-    want = outlier_thresholds(formats.E5M2)
-    if not close(got, want, rel=0, abs_tol=0.05):
+@exercise(8, 2, "a stage holds a 128 x 128 tile of codes of a and one of b, one byte each (fg.TILE5 bytes per tile)")
+def ex2(answer):
+    """(KiB of shared memory for version 5's STAGES5 = 4 stages, for 3 stages), without the alignment slack."""
+    got = as_tuple(answer, 2, "two numbers: (KiB with 4 stages, KiB with 3 stages)")
+    want = (stage_kib(fg.STAGES5), stage_kib(fg.STAGES5 - 1))
+    if not all(close(g, w, 1e-9) for g, w in zip(got, want)):
         hint = matching_hint(got, [
-            (outlier_thresholds(formats.E4M3), "those are E4M3's (the text of (f)); use E5M2's largest value and "
-                                               "smallest normal and subnormal"),
-            (outlier_thresholds(formats.E5M2, zero_below="smallest"),
-             "a value rounds to zero below HALF the smallest subnormal (the tie rounds to the even code, 0)"),
-            (outlier_thresholds(formats.E5M2, amax_per_s=1), "the amax is about 4 s, not s: the outlier channel's "
-                                                             "largest value over 512 Gaussian rows"),
-            (outlier_thresholds(formats.E5M2, amax_per_s=1, zero_below="smallest"),
-             "the amax is about 4 s, and zero starts below half the smallest subnormal"),
-        ], rel=0, abs_tol=0.05, default="a value of 1 lands at max / (4 s): solve max / (4 s) = min normal, and "
-                                        "= half the smallest subnormal")
-        raise Wrong(f"your answer ({got[0]:g}, {got[1]:g}) is not where per-tensor E5M2 fails", hint)
-    e4 = outlier_thresholds(formats.E4M3)
-    return (f"E5M2 holds to s = 2^{want[0]:.1f} and flushes from 2^{want[1]:.1f} (E4M3: 2^{e4[0]:.1f}, "
-            f"2^{e4[1]:.1f}): its 15 more binades, paid with one mantissa bit")
+            ((want[0] / 2, want[1] / 2), "a stage holds a tile of a AND a tile of b: two 16 KiB tiles"),
+            ((want[0] * 4, want[1] * 4), "one byte per FP8 code, not four: the codes stay FP8 in shared memory"),
+            ((want[0] + 1, want[1] + 1), "leave out the 1 KiB of alignment slack (SMEM5 adds it)"),
+        ], rel=1e-9, default="stages x (a tile + b tile) x 128 x 128 bytes, over 1024")
+        raise Wrong(f"your answer {got} is not the shared memory of version 5's stages", hint)
+    return f"{want[0]:g} KiB with {fg.STAGES5} stages, {want[1]:g} with {fg.STAGES5 - 1}: beyond 48 KiB, so opt in"
 
 
-@exercise(8, 7, "bits = nats / ln 2; REC['final'] holds the recorded losses; corpus.load().vocab_size the alphabet")
-def ex7(answer):
-    """(the recorded fp8-deepseek validation loss in bits per character, the bits of a uniform guess among the
-    corpus's characters)."""
-    got = as_tuple(answer, 2, "two numbers: (recorded fp8-deepseek validation bpc, uniform guess bits)")
-    nats = hardware.recorded("h200_capstone")["final"]["fp8-deepseek"]["val"]
-    vocab = corpus.load().vocab_size
-    want = (nats / math.log(2), math.log2(vocab))
-    if not close(got, want, rel=0, abs_tol=0.01):
-        if not close(got[0], want[0], rel=0, abs_tol=0.01):
-            hint = matching_hint(got[0], [
-                (nats, "that is the loss in nats: divide by ln 2 for bits"),
-                (nats * math.log(2), "divide by ln 2, don't multiply"),
-                (nats / math.log(10), "bits: divide by ln 2, not ln 10"),
-            ], rel=0, abs_tol=0.01, default="REC['final']['fp8-deepseek']['val'] is in nats")
-        else:
-            hint = matching_hint(got[1], [
-                (math.log(vocab), "bits: log2, not the natural log"),
-                (8.0, f"the corpus has {vocab} distinct characters, not 256"),
-                (math.log10(vocab), "bits: log2, not log10"),
-            ], rel=0, abs_tol=0.01, default="a uniform guess among V characters costs log2(V) bits")
-        raise Wrong(f"your answer ({got[0]:g}, {got[1]:g}) is not the recorded bpc and the uniform guess", hint)
-    return (f"{want[0]:.3f} bits per character against {want[1]:.2f} for a uniform guess: the model compresses "
-            f"the text {want[1] / want[0]:.1f}x")
+def ldmatrix_ways(row_bytes: int) -> int:
+    """Passes of one ldmatrix phase: 16 bytes from each of 8 rows `row_bytes` apart; the most distinct 4-byte words
+    that fall in one bank."""
+    banks: dict[int, set] = {}
+    for r in range(ROWS_PER_PHASE):
+        for j in range(ROW_READ // BANK_BYTES):
+            word = (r * row_bytes) // BANK_BYTES + j
+            banks.setdefault(word % BANKS, set()).add(word)
+    return max(len(w) for w in banks.values())
+
+
+@exercise(8, 3, "row r of the shared tile starts at byte r * ROW4: which banks do its 16 bytes fall in, for r = 0..7?")
+def ex3(answer):
+    """(ways of an ldmatrix phase's conflict with rows of 128 bytes, with version 4's ROW4 = 144)."""
+    got = as_tuple(answer, 2, "two whole numbers: (ways with 128-byte rows, ways with ROW4-byte rows)", as_int)
+    unpadded = fg.BK4  # a K-group of 128 one-byte codes per row
+    want = (ldmatrix_ways(unpadded), ldmatrix_ways(fg.ROW4))
+    if got != want:
+        hint = matching_hint(got, [
+            ((32, 1), "ldmatrix reads 16 bytes from each of 8 rows per phase: at most 8 rows can share a bank"),
+            ((want[0], want[0]), f"{fg.ROW4} bytes = 36 banks: row r starts at bank 4r mod 32, 8 different groups of "
+                                 "4 banks"),
+            ((4, 1), "all 8 rows start at bank 0 when a row is 128 bytes (32 banks): 8 words per bank"),
+            ((1, 1), "with 128-byte rows every row starts at bank 0: the 8 rows' 16 bytes all fall in banks 0-3"),
+        ], rel=0, default="the bank of byte offset o is (o // 4) mod 32; count distinct words per bank")
+        raise Wrong(f"your answer {got} is not the conflict of an ldmatrix phase", hint)
+    return f"{want[0]}-way with 128-byte rows, {want[1]}-way with {fg.ROW4}: 16 bytes of padding per row"

@@ -1,107 +1,75 @@
-"""Lecture 09's exercises: the link that bounds the MoE dispatch, pipeline bubbles without a separate weight
-gradient, and rounds of tiles of a persistent GEMM, checked against fp8lab.comm.moe.comm_cost,
-fp8lab.comm.pipeline.simulate
-and fp8lab.kernels.fp8_gemm.tiles (DeepSeek-V3 technical report, arXiv 2412.19437, sections 3.2.1 and 3.2.2)."""
+"""Lecture 09's exercises: where per-tensor scaling pushes typical values into the subnormals and to zero, for E5M2 this
+time, and the recorded run's loss in bits per character, checked against fp8lab.numerics.formats, fp8lab.training.corpus
+and the recorded H200 run (fp8lab.device.hardware.recorded)."""
 
 from __future__ import annotations
 
 import math
 
-from ...comm import moe, overlap, pipeline
-from ...kernels import fp8_gemm as fg
-from ._lecture import Wrong, as_int, as_tuple, exercise, matching_hint
+from ...training import corpus
+from ...numerics import formats
+from ...device import hardware
+from ._lecture import Wrong, as_tuple, close, exercise, matching_hint
 
-__all__ = ["ex2", "ex3", "ex6", "nvlink_bound_nodes", "bubbles_without_w", "SPLITS", "rounds"]
+__all__ = ["ex6", "ex7", "outlier_thresholds"]
 
-TOKENS = 4096  # (a)'s batch: the bottleneck does not depend on it
-
-
-def nvlink_bound_nodes(ib_gbs: float = 50) -> int:
-    """The largest max_nodes (1..8) for which the dispatch's NVLink time is strictly longer than its IB time."""
-    bound = []
-    for m in range(1, 9):
-        c = moe.comm_cost(TOKENS, max_nodes=m, ib_gbs=ib_gbs)
-        if c.dispatch_nvlink_s > c.dispatch_ib_s * (1 + 1e-9):  # a tie (5 nodes at 100 GB/s) is no bottleneck
-            bound.append(m)
-    return max(bound)
+AMAX_PER_S = 4  # (f): the tensor's amax is about 4 s, the largest of 512 Gaussian values in the outlier channel
 
 
-@exercise(9, 2, "loop max_nodes over 1..8 in moe.comm_cost(T, max_nodes=m) and compare dispatch_ib_s with "
-                "dispatch_nvlink_s")
-def ex2(answer):
-    """(the largest max_nodes with NVLink the bottleneck at IB 50 GB/s, the same at IB 100 GB/s)."""
-    got = as_tuple(answer, 2, "two whole numbers: (at ib_gbs=50, at ib_gbs=100)", as_int)
-    want = (nvlink_bound_nodes(50), nvlink_bound_nodes(100))
-    if got != want:
-        if got[0] != want[0]:
+def outlier_thresholds(fmt, amax_per_s: float = AMAX_PER_S, zero_below: str = "half") -> tuple[float, float]:
+    """(log2 s where a typical value of 1 reaches fmt's subnormals, log2 s where it rounds to zero) under one scale
+    per tensor that maps the amax, about amax_per_s * s, to fmt's largest value."""
+    fmt = formats.get_format(fmt)
+    top = fmt.max_normal / amax_per_s  # where a value of 1 lands, times s
+    smallest = fmt.min_subnormal / 2 if zero_below == "half" else fmt.min_subnormal
+    return math.log2(top / fmt.min_normal), math.log2(top / smallest)
+
+
+@exercise(9, 6, "redo (f)'s reasoning with E5M2's numbers: fl.E5M2.max_normal, min_normal, min_subnormal")
+def ex6(answer):
+    """(log2 s where the typical values reach E5M2's subnormals, log2 s where they round to zero), with one scale
+    per tensor and the amax about 4 s."""
+    got = as_tuple(answer, 2, "two numbers: (log2 s at the subnormals, log2 s at zero)")
+    want = outlier_thresholds(formats.E5M2)
+    if not close(got, want, rel=0, abs_tol=0.05):
+        hint = matching_hint(got, [
+            (outlier_thresholds(formats.E4M3), "those are E4M3's (the text of (f)); use E5M2's largest value and "
+                                               "smallest normal and subnormal"),
+            (outlier_thresholds(formats.E5M2, zero_below="smallest"),
+             "a value rounds to zero below HALF the smallest subnormal (the tie rounds to the even code, 0)"),
+            (outlier_thresholds(formats.E5M2, amax_per_s=1), "the amax is about 4 s, not s: the outlier channel's "
+                                                             "largest value over 512 Gaussian rows"),
+            (outlier_thresholds(formats.E5M2, amax_per_s=1, zero_below="smallest"),
+             "the amax is about 4 s, and zero starts below half the smallest subnormal"),
+        ], rel=0, abs_tol=0.05, default="a value of 1 lands at max / (4 s): solve max / (4 s) = min normal, and "
+                                        "= half the smallest subnormal")
+        raise Wrong(f"your answer ({got[0]:g}, {got[1]:g}) is not where per-tensor E5M2 fails", hint)
+    e4 = outlier_thresholds(formats.E4M3)
+    return (f"E5M2 holds to s = 2^{want[0]:.1f} and flushes from 2^{want[1]:.1f} (E4M3: 2^{e4[0]:.1f}, "
+            f"2^{e4[1]:.1f}): its 15 more binades, paid with one mantissa bit")
+
+
+@exercise(9, 7, "bits = nats / ln 2; REC['final'] holds the recorded losses; corpus.load().vocab_size the alphabet")
+def ex7(answer):
+    """(the recorded fp8-deepseek validation loss in bits per character, the bits of a uniform guess among the
+    corpus's characters)."""
+    got = as_tuple(answer, 2, "two numbers: (recorded fp8-deepseek validation bpc, uniform guess bits)")
+    nats = hardware.recorded("h200_capstone")["final"]["fp8-deepseek"]["val"]
+    vocab = corpus.load().vocab_size
+    want = (nats / math.log(2), math.log2(vocab))
+    if not close(got, want, rel=0, abs_tol=0.01):
+        if not close(got[0], want[0], rel=0, abs_tol=0.01):
             hint = matching_hint(got[0], [
-                (want[0] + 1, "at 3 nodes IB carries 3 rows at 50 GB/s, longer than NVLink's 8 rows at 160 GB/s: "
-                              "NVLink moves 160 / 50 = 3.2 rows per IB row, and 8 / 3.2 = 2.5"),
-                (4, "4 is DeepSeek-V3's limit, chosen with IB as the bottleneck"),
-                (8, "without a limit every expert's node gets a row over IB: IB dominates"),
-            ], rel=0, default="NVLink is the bottleneck while max_nodes / 50 < 8 / 160")
+                (nats, "that is the loss in nats: divide by ln 2 for bits"),
+                (nats * math.log(2), "divide by ln 2, don't multiply"),
+                (nats / math.log(10), "bits: divide by ln 2, not ln 10"),
+            ], rel=0, abs_tol=0.01, default="REC['final']['fp8-deepseek']['val'] is in nats")
         else:
             hint = matching_hint(got[1], [
-                (want[1] + 1, "at 5 nodes both links take the same time (5 / 100 = 8 / 160): NVLink is not strictly "
-                              "the bottleneck"),
-                (want[0], "with IB twice as fast the crossover moves: 8 / (160 / 100) = 5"),
-                (2 * want[0] + 1, "the crossover is 8 / 1.6 = 5: below it, 4 is the largest whole number"),
-            ], rel=0, default="NVLink is the bottleneck while max_nodes / 100 < 8 / 160")
-        raise Wrong(f"your answer {got} is not where NVLink stops being the bottleneck", hint)
-    return (f"{want[0]} at 50 GB/s (crossover 8 / 3.2 = 2.5 nodes), {want[1]} at 100 GB/s (crossover 5): DeepSeek-V3's "
-            "4 nodes keep IB the bottleneck")
-
-
-def bubbles_without_w(stages: int = 8, microbatches: int = 20) -> tuple:
-    """(1F1B, ZB1P, DualPipe) simulated bubbles with F = 1, B = 2, W = 0."""
-    return tuple(pipeline.simulate(s, stages, microbatches, F=1, B=2, W=0).bubble for s in pipeline.SCHEDULES)
-
-
-@exercise(9, 3, "run pipeline.compare(8, 20, F=1, B=2, W=0) and read the 'simulated' column")
-def ex3(answer):
-    """(1F1B, ZB1P, DualPipe) simulated bubbles of 8 stages, 20 micro-batches, F = 1, B = 2, W = 0."""
-    got = as_tuple(answer, 3, "three numbers: the simulated bubbles of (1F1B, ZB1P, DualPipe)")
-    want = bubbles_without_w()
-    if got != tuple(float(w) for w in want):
-        table = tuple(pipeline.table2(8, F=1, B=2, W=0)[s]["bubble"] for s in pipeline.SCHEDULES)
-        lecture = pipeline.table2(8, F=1, B=2, W=1, FB=2.5)  # (b)'s times
-        hint = matching_hint(got, [
-            (table, "that is Table 2's formula; with W = 0 DualPipe's conditions (F = B - W) fail, and the simulated "
-                    "bubble differs: take the 'simulated' column"),
-            (tuple(lecture[s]["bubble"] for s in pipeline.SCHEDULES), "those are the bubbles of (b)'s times, with "
-                                                                       "W = 1: set W=0"),
-        ], rel=0)
-        if hint is None and got[1] != want[1]:
-            hint = "with W = 0 there is no weight gradient to defer: ZB1P's schedule is 1F1B's"
-        raise Wrong(f"your answer {got} is not the simulated bubbles with W = 0", hint or
-                    "run pipeline.simulate(schedule, 8, 20, F=1, B=2, W=0).bubble for each schedule")
-    return (f"{want[0]:g}, {want[1]:g}, {want[2]:g}: ZB1P has nothing to move into the bubble, and DualPipe beats "
-            "Table 2's formula here")
-
-
-SPLITS = (132, 124, 116, 112, 108)
-
-
-def rounds(sms: int) -> int:
-    """Rounds of 128 x 128 tiles of (e)'s GEMM output that a persistent GEMM on `sms` SMs needs."""
-    M, N, _ = overlap.SIZES["gpu"]["sm_budget"]["gemm"]
-    return math.ceil(fg.tiles(M, N) / sms)
-
-
-@exercise(9, 6, "fg.tiles(4096, 7168) output tiles, shared by sms blocks: every block does the same rounds")
-def ex6(answer):
-    """Rounds of tiles of the 4096 x 7168 GEMM on 132, 124, 116, 112 and 108 SMs."""
-    got = as_tuple(answer, len(SPLITS), f"{len(SPLITS)} whole numbers, one per SM count {SPLITS}", as_int)
-    want = tuple(rounds(s) for s in SPLITS)
-    if got != want:
-        M, N, _ = overlap.SIZES["gpu"]["sm_budget"]["gemm"]
-        t = fg.tiles(M, N)
-        hint = matching_hint(got, [
-            (tuple(t // s for s in SPLITS), "a partly filled last round still takes a whole round: round up"),
-            (tuple(round(t / s) for s in SPLITS), "a partly filled last round still takes a whole round: round up"),
-            (tuple(math.ceil(M * N / 64**2 / s) for s in SPLITS), "the tiles are 128 x 128"),
-        ], rel=0, default=f"the output has ceil(M / 128) * ceil(N / 128) tiles; each of sms blocks takes every "
-                          "sms-th one")
-        raise Wrong(f"your answer {got} is not the rounds of tiles", hint)
-    return (f"rounds {want}: the GEMM's time should follow these steps, not fall smoothly with the SMs (and 20 SMs "
-            f"given away cost {1 - rounds(132) / rounds(112):.1%}, not {20 / 132:.1%})")
+                (math.log(vocab), "bits: log2, not the natural log"),
+                (8.0, f"the corpus has {vocab} distinct characters, not 256"),
+                (math.log10(vocab), "bits: log2, not log10"),
+            ], rel=0, abs_tol=0.01, default="a uniform guess among V characters costs log2(V) bits")
+        raise Wrong(f"your answer ({got[0]:g}, {got[1]:g}) is not the recorded bpc and the uniform guess", hint)
+    return (f"{want[0]:.3f} bits per character against {want[1]:.2f} for a uniform guess: the model compresses "
+            f"the text {want[1] / want[0]:.1f}x")

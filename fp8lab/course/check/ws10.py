@@ -4,7 +4,7 @@ runs in, and the outlier magnitude at which per-tensor scaling breaks, each chec
 and 3.3.3).
 
 The references are measured, not tabulated: state_bytes(recipe) reads the dtypes of fp8lab's arrays,
-precisions(rng, recipe) runs each op of the NumPy engine against float64, sweep(logs, ...) measures lecture 08 (f)'s
+precisions(rng, recipe) runs each op of the NumPy engine against float64, sweep(logs, ...) measures lecture 09 (f)'s
 GEMM error over the outlier magnitude."""
 
 from __future__ import annotations
@@ -141,8 +141,8 @@ def _memory_variants(recipe, parts):
     right = M + G + mom
     out = []
     if one == 4:
-        out.append((M + G + 4, "only fp8-deepseek (and its pow2 variant) stores AdamW's moments in BF16 (lecture 08 "
-                               f"(c)); {recipe} keeps them in FP32, 4 bytes each"))
+        out.append((M + G + 4, "only fp8-deepseek (and its pow2 variant) stores AdamW's moments in BF16 (the table of "
+                               f"lecture 09 (c)); {recipe} keeps them in FP32, 4 bytes each"))
     if one == 2:
         out.append((M + G + 8, "fp8-deepseek stores AdamW's two moments in BF16, 2 bytes each, as DeepSeek-V3 does "
                                "(section 3.3.3): that is the saving of (g)"))
@@ -177,7 +177,7 @@ def _memory_variants(recipe, parts):
 @question
 def memory_per_parameter(fn, rng=None):
     """Check `fn(recipe) -> bytes` (a number) for the four recipes: the bytes each parameter keeps on the GPU from
-    one step to the next (master weight + gradient + AdamW's two moments, as lecture 08 (g) counts), against
+    one step to the next (master weight + gradient + AdamW's two moments, as lecture 09 (g) counts), against
     state_bytes(recipe), read from fp8lab's own arrays."""
     q = "memory_per_parameter"
     _attempted(q, fn)
@@ -218,7 +218,7 @@ def _precision_hint(op, got, want):
                 "BF16/FP32 (section 3.3.1), and fp8lab's Model computes logits = RMSNorm(x) head^T in FP32 in every "
                 "recipe")
     if op in ("embedding", "output head", "RMSNorm", "softmax", "SwiGLU") and got == "bf16":
-        return (f"DeepSeek-V3 allows BF16 or FP32 for the {op}; fp8lab keeps it in FP32 (lecture 08 (b): 'here the "
+        return (f"DeepSeek-V3 allows BF16 or FP32 for the {op}; fp8lab keeps it in FP32 (lecture 09 (b): 'here the "
                 "embedding, head, norms, SwiGLU and softmax stay in FP32'), and the question asks what fp8lab does")
     if op == "embedding":
         return "the embedding is a lookup, not a GEMM; its table stays FP32 (DeepSeek-V3: BF16/FP32, section 3.3.1)"
@@ -273,7 +273,7 @@ DEEPSEEK_FACTOR = 1.5  # while DeepSeek's stays within this times its own at s =
 def sweep(logs, rng=None, M=16, N=40, K=512) -> dict:
     """{log2 s: {"fp8-tensor": error, "fp8-deepseek": error}}: the normwise error of the NumPy engine's
     Linear(recipe).forward on z * d, w / d against float64 z w^T, with d = lm.outlier_scales(...) (s on
-    lm.OUTLIER_CHANNELS channels of the K inputs), as lecture 08 (f) measures it; z (M, K) normal, w (N, K) normal /
+    lm.OUTLIER_CHANNELS channels of the K inputs), as lecture 09 (f) measures it; z (M, K) normal, w (N, K) normal /
     sqrt(K)."""
     rng = np.random.default_rng() if rng is None else rng
     z = rng.standard_normal((M, K)).astype(F32)

@@ -45,7 +45,7 @@ SMEM5 = STAGES5 * STAGE5 + 1024
 REGS5 = BN5 // 2  # float32 accumulators per thread of an m64n128 wgmma
 
 _F0 = np.float32(0.0)
-_U8 = runtime.numba_type("uint8")  # dynamic shared arrays take a numba type (the simulator reads its itemsize)
+U8 = runtime.numba_type("uint8")  # dynamic shared arrays take a numba type (the simulator reads its itemsize)
 
 
 @cuda.jit(device=True)
@@ -135,7 +135,7 @@ def make_kernel4(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
         K) and issues 16 mma.sync. After each stage the partial sums leave the tensor core's accumulator:
         total += part * (sa * sb) on the CUDA cores, part = 0 (DeepSeek's promotion).
         """
-        smem = cuda.shared.array(0, _U8)
+        smem = cuda.shared.array(0, U8)
         part = cuda.local.array(64, np.float32)   # (i * 4 + j) * 4 + r: tile (i, j) of the warp, register r
         total = cuda.local.array(64, np.float32)
         afr = cuda.local.array(16, np.uint32)
@@ -234,7 +234,7 @@ def make_kernel5(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
         STAGES5 - 1 groups ahead. Per K-group: 4 asynchronous wgmma (k = 32 each) read a and b from shared memory
         through descriptors, the first with scale-d = 0 (D = A B: no zeroing); commit, wait; then the CUDA cores
         promote: total += part * (sa * sb)."""
-        smem = cuda.shared.array(0, _U8)
+        smem = cuda.shared.array(0, U8)
         part = cuda.local.array(REGS5, np.float32)
         total = cuda.local.array(REGS5, np.float32)
         M, K = a.shape
@@ -359,7 +359,7 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, per
         @cuda.jit
         def fp8_gemm_kernel6(a, sa, b, sb, c):
             """Block 256 threads = 2 warpgroups, grid (ceil(N/128), ceil(M/128)): one output tile per block."""
-            smem = cuda.shared.array(0, _U8)
+            smem = cuda.shared.array(0, U8)
             p0 = cuda.local.array(REGS5, np.float32)
             p1 = cuda.local.array(REGS5, np.float32)
             total = cuda.local.array(REGS5, np.float32)
@@ -374,7 +374,7 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, per
         """Persistent: a 1-D grid of `sms` blocks (one per SM: a block's registers and shared memory fill an SM),
         block i computing output tiles i, i + gridDim.x, ... in row-major tile order (version 6's block order),
         as DeepGEMM's num_sms does. The SMs left out are free for other work (communication kernels)."""
-        smem = cuda.shared.array(0, _U8)
+        smem = cuda.shared.array(0, U8)
         p0 = cuda.local.array(REGS5, np.float32)
         p1 = cuda.local.array(REGS5, np.float32)
         total = cuda.local.array(REGS5, np.float32)
@@ -423,15 +423,20 @@ def launch_mma(version, a, sa, b, sb, out, a_kind, b_kind, fmt_a, fmt_b, tc_prom
     runtime.launch_with_shared(kernel, grid, threads, smem, a, sa, b, sb, out, vec_ok(a, 16) & vec_ok(b, 16))
 
 
+def overlapped_kernel(version, a_kind, b_kind, fmt_a, fmt_b, vec):
+    """Version 6's or 7's kernel for one pair of scale kinds and formats and one load path, built once
+    (runtime.cached)."""
+    make = make_kernel6 if version == 6 else make_kernel7
+    return runtime.cached((f"fp8_gemm.v{version}", a_kind, b_kind, fmt_a, fmt_b, vec),
+                          lambda: make(a_kind, b_kind, fmt_a, fmt_b, vec))
+
+
 def launch_overlapped(version, a, sa, b, sb, out, a_kind, b_kind, fmt_a, fmt_b, tc_promote=True, sms=None,
                       stream=0, **_):
     """Versions 6 and 7 on device arrays; version 7's grid is `sms` blocks (None: one per tile)."""
     if not tc_promote:
         raise ValueError(f"tc_promote=False is implemented by versions 4 and 5, got version {version}")
-    vec = vec_ok(a, 16) & vec_ok(b, 16)
-    make = make_kernel6 if version == 6 else make_kernel7
-    kernel = runtime.cached((f"fp8_gemm.v{version}", a_kind, b_kind, fmt_a, fmt_b, vec),
-                            lambda: make(a_kind, b_kind, fmt_a, fmt_b, vec))
+    kernel = overlapped_kernel(version, a_kind, b_kind, fmt_a, fmt_b, vec_ok(a, 16) & vec_ok(b, 16))
     M, N = out.shape
     grid = ((N + BN5 - 1) // BN5, (M + BM5 - 1) // BM5) if version == 6 else (sms or tiles(M, N))
     runtime.launch_with_shared(kernel, grid, THREADS5, SMEM5, a, sa, b, sb, out, stream=stream)
