@@ -385,7 +385,7 @@ def _main(argv: list[str]) -> int:
     t.add_argument("--size", default="default", choices=SIZES,
                    help="chars: a named model size, its sizes, steps and lr as defaults (the options above still "
                         "override them): default (the backend's), large (width 2048, SwiGLU 5632, 16384 windows a "
-                        "step, 300 steps: GEMMs dominate the step; a GPU size)")
+                        "step, 300 steps: sized for the GEMMs to take most of a step; a GPU size)")
     t.add_argument("--moments", choices=R.MOMENTS,
                    help="chars: AdamW moments' storage (default: the recipe's: bf16 in fp8-deepseek, else fp32)")
     t.add_argument("--eval-batches", type=int, help="chars: batches of validation windows (default 8 on a GPU, 1 "

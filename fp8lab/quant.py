@@ -59,7 +59,7 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
     references assume finite input).
 
     Edge cases: an all-zero group gets codes 0 and the finite scale AMAX_FLOOR / FP8_MAX (amax is floored at
-    1e-12, as for "tensor"). NaN or +-Inf poisons the group that holds it (for "tensor": the whole tensor):
+    1e-12, as for "tensor"; with convention="deepgemm" at 1e-4, so its scale is 1e-4 * float32(1/448)). NaN or +-Inf poisons the group that holds it (for "tensor": the whole tensor):
     scale NaN and every code 0x7F (NaN), so it dequantizes to NaN and the loss shows it; other groups are
     unaffected. For NumPy input `q.nonfinite_groups` counts the poisoned groups and a RuntimeWarning says so
     (device results are not copied back to count them; the kernels apply the same policy).

@@ -14,7 +14,7 @@ and `ceil_to_ue8m0`. The port reproduces what PyTorch computes on CUDA, not the 
 - `.to(torch.float8_e4m3fn)`: round to nearest even; |v| above 464 becomes NaN (c10's fp8e4m3fn_from_fp32_value);
   ml_dtypes' cast does the same. Here |v| never exceeds 448 by more than a rounding.
 - `ceil_to_ue8m0` (this commit's): the float32's exponent, plus one when its mantissa is not zero, clamped to
-  [1, 254]: the exact ceiling to a power of two. DeepGEMM before April 2026 (commit 0f5f266 and older) computed
+  [1, 254]: the exact ceiling to a power of two. DeepGEMM at commit 0f5f266 and older computed
   `torch.pow(2.0, torch.ceil(torch.log2(x.abs())))`, where log2 of a float32 just above a power of two can round
   to that integer; this port follows the current code.
 """

@@ -111,3 +111,16 @@ def test_gpu_bench_train_prints_both_tables(capsys):
     assert speed.main(["--sizes", "default", "--widths", "512,1024", "--steps", "8", "--plot", ""]) == 0
     out = capsys.readouterr().out
     assert "train --task chars --size default" in out and "step time (ms) against width" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--sizes", "default,huge"], ["--sizes", "huge", "one of default, large"]),
+    (["--widths", "512,1000"], ["--widths", "'1000'", "multiple of 16"]),
+    (["--widths", "abc"], ["--widths", "'abc'"]),
+])
+def test_bench_train_options_are_checked_before_any_run(argv, words, capsys):
+    with pytest.raises(SystemExit):
+        speed.main(argv)
+    err = capsys.readouterr().err
+    for w in words:
+        assert w in err, err

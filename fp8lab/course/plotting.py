@@ -112,7 +112,7 @@ def plot_crossover(widths, series: dict, path=None, subtitle: str = "", ax=None)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(list(widths), [str(w) for w in widths])
-    ax.set_xlabel("model width (SwiGLU width x 2.75, 4 blocks)")
+    ax.set_xlabel("model width (SwiGLU width x 5632 / 2048, 4 blocks)")
     ax.set_ylabel("training step (ms)")
     ax.set_title("where FP8 starts to pay" + (f" ({subtitle})" if subtitle else ""), fontsize=9)
     ax.legend(fontsize=7)
@@ -214,7 +214,7 @@ def recipe_flow(recipe) -> list[dict]:
             how, reuses = _cast(op, op.pow2, name[:-1] if name.endswith("ᵀ") else None), None
             src = _REUSE.get(key)
             if key == "wgrad.b" and r.wgrad_x_from_fprop:
-                how, reuses = "re-tile 1×128 → 128×1\n(decode, re-quantize)", src
+                how, reuses = "re-tile 1×128 → 128×1\n(decode, re-quantize" + (", 2^k scales)" if op.pow2 else ")"), src
             elif src and op.fp8 and op == ops[src] and op.exact_transpose:
                 how, reuses = "transpose the codes\nand scales (exact)", src
             source, source_precision = _SOURCES[name], "fp32"
@@ -286,7 +286,7 @@ def plot_recipe(recipe, ax=None, path=None):
              "x not kept in FP32: Wgrad re-tiles Fprop's codes" if r.wgrad_x_from_fprop else ""]
     title = f"recipe {r.name!r}: one Linear layer (in the style of DeepSeek-V3's Figure 6, arXiv 2412.19437)"
     ax.set_title(title + "".join(f"\n{e}" for e in extra if e), fontsize=9)
-    used = ["fp32"] + sorted({f["precision"] for f in flow} | {r.moments} - {"fp32"}, key=recipes.PRECISIONS.index)
+    used = ["fp32"] + sorted(({f["precision"] for f in flow} | {r.moments}) - {"fp32"}, key=recipes.PRECISIONS.index)
     ax.legend(handles=[Patch(fc=PRECISION_COLORS[p], ec="k", label=PRECISION_NAMES[p]) for p in used],
               loc="lower center", ncol=len(used), fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.04))
     fig.tight_layout()

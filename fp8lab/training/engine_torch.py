@@ -91,8 +91,9 @@ def peer_status(compile: bool = False, float8: str | None = None) -> tuple[bool,
         return True, "PyTorch " + torch.__version__
     if float8 not in FLOAT8:
         raise ValueError(f"float8 must be None or one of {tuple(FLOAT8)}, got {float8!r}")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9):
-        return False, "FP8 training needs an NVIDIA GPU of compute capability 8.9 or newer"
+    need = (9, 0) if float8 == "te-blockwise" else (8, 9)  # TE's block scaling: Hopper and newer
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < need:
+        return False, f"{FLOAT8[float8]} needs an NVIDIA GPU of compute capability {need[0]}.{need[1]} or newer"
     lib = "transformer_engine" if float8 == "te-blockwise" else "torchao"
     if importlib.util.find_spec(lib) is None:
         return False, f"{lib} is not installed (pip install {lib.replace('_', '-')})"

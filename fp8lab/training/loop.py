@@ -65,15 +65,15 @@ language model's step is estimated as one of (batch, width, 2 * hidden)."""
 
 PRESETS = {
     "default": {},
-    # GEMMs that dominate the step: width 2048 (16 characters x 128), SwiGLU 5632 (as Llama-style models of that width),
-    # 16,384 windows a step; on an H200 a few hundred steps take minutes (the corpus is seen about 4 times: the
-    # validation loss stops falling early, this size is for speed). lr halved for the wider model (not tuned)
+    # sized so that the GEMMs, not the launches, should take most of a step (not yet timed): width 2048 (16 characters
+    # x 128), SwiGLU 5632 (TinyLlama's at width 2048), 16,384 windows a step; 300 steps see the 1 MB corpus about 4
+    # times, so its validation loss stops falling early: this size is for speed. lr halved for the width (not tuned)
     "large": dict(batch=16384, context=16, embed=128, hidden=5632, blocks=4, steps=300, lr=5e-4, eval_every=50,
                   eval_batches=2),
 }
 """Named model sizes of task "chars" (fl.train(size=...), `fp8lab train --size`): "default" is the backend's
-(sizes("chars")); the others replace those values on any backend (under the simulator a large run takes hours, and
-fl.train warns before it starts)."""
+(sizes("chars")); the others replace those values on any backend (under the simulator a large run would take far
+longer than anyone waits: fl.train warns with its estimate before the first step)."""
 
 
 def sizes(task: str, size: str = "default") -> dict:

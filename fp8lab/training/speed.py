@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 
@@ -32,13 +33,34 @@ PEERS = (("PyTorch BF16 autocast, eager", {}), ("PyTorch BF16 autocast, torch.co
          *((engine_torch.FLOAT8[k], {"float8": k}) for k in engine_torch.FLOAT8))
 """(label, engine_torch.train options) of every peer, in table order."""
 WIDTHS = (512, 1024, 2048, 4096)
-SWIGLU_RATIO = 5632 / 2048  # the large preset's hidden / width (a Llama-style 8/3, rounded to 128s)
+SWIGLU_RATIO = 5632 / 2048  # the large preset's hidden / width (TinyLlama's 5632 at width 2048: 8/3 rounded up to 256s)
+
+
+
+def _sizes(text: str) -> list:
+    """--sizes, checked when the command line is read (before minutes of training)."""
+    names = [s for s in text.split(",") if s]
+    bad = [s for s in names if s not in loop.PRESETS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{', '.join(bad)}: each size must be one of {', '.join(loop.PRESETS)}")
+    return names
+
+
+def _widths(text: str) -> list:
+    """--widths, checked when the command line is read: positive multiples of 16 (16 characters a window)."""
+    out = []
+    for w in (w for w in text.split(",") if w):
+        if not w.isdigit() or int(w) <= 0 or int(w) % 16:
+            raise argparse.ArgumentTypeError(f"{w!r}: each width must be a positive multiple of 16")
+        out.append(int(w))
+    return out
+
 
 OPTIONS = {
-    "--sizes": dict(default="default,large", help="named sizes to time (training.loop.PRESETS), comma-separated "
-                                                  "(default: %(default)s)"),
-    "--widths": dict(default=",".join(map(str, WIDTHS)), help="widths of the crossover, comma-separated, multiples "
-                     "of 16 (default: %(default)s; empty: no crossover)"),
+    "--sizes": dict(type=_sizes, default="default,large", help="named sizes to time (training.loop.PRESETS), "
+                                                               "comma-separated (default: %(default)s)"),
+    "--widths": dict(type=_widths, default=",".join(map(str, WIDTHS)), help="widths of the crossover, "
+                     "comma-separated, multiples of 16 (default: %(default)s; empty: no crossover)"),
     "--steps": dict(type=int, default=None, help="steps per run (default: the size's own steps, so that the "
                                                  "validation loss means something; the crossover runs 30)"),
     "--plot": dict(default="runs/train_crossover.png", help="where to draw the crossover (default: %(default)s)"),
@@ -165,8 +187,8 @@ def crossover_table(widths, series: dict, batch: int) -> bench.Table:
 
 
 def checks(rng) -> list:
-    """The harness end to end on a tiny model (2 steps): every course recipe on the kernel engine, the PyTorch
-    peers that run here (on the CPU without a GPU), the tables built; on a GPU, at the default size too."""
+    """The harness end to end on a tiny model (2 steps): every course recipe on the kernel engine, the PyTorch BF16
+    eager peer where PyTorch is installed (on the CPU without a GPU), the tables built."""
     del rng  # the runs draw their own batches (fl.train's seeded stream)
     tiny = dict(batch=8, context=4, embed=16, hidden=32, blocks=1, steps=2, lr=3e-3, eval_batches=1)
     out = []
@@ -187,10 +209,10 @@ def timings(rng, args) -> list:
     """GPU only: every size in --sizes (recipes and peers), then the crossover over --widths, drawn to --plot."""
     del rng
     tables = []
-    for size in [s for s in args.sizes.split(",") if s]:
+    for size in args.sizes:
         sargs, runs = compare(size, args.steps)
         tables.append(table(size, sargs, runs, args.steps or sargs["steps"]))
-    widths = [int(w) for w in args.widths.split(",") if w]
+    widths = args.widths
     if widths:
         batch = preset("large")["batch"]
         series = crossover(widths, batch, args.steps or 30)

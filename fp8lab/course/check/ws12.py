@@ -146,8 +146,8 @@ def scaled_group_sum(fn, rng=None):
                 lines = [f"{call}: returned {float(got)!r}, expected {float(want)!r} (fp8_gemm.reference of that "
                          "group)"]
                 h = next((h for _, v, h in _q1_variants(qa, qb, m, n, g) if v == got), None)
-                fail(q, lines, h or "partial = float32 sum over the group's k of decode(a) * decode(b), in k order; "
-                                    "return partial * (sa[m, g] * sb[n // 128, g])")
+                fail(q, lines, h or "sum the group's products in float32, one at a time in k order, then scale that "
+                                    "sum once by the two operands' scales of this group (check.hint gives the formula)")
     return (f"{n_checked} group terms (odd K, a short last group, b's second block row) equal fp8_gemm.reference's, "
             "bit for bit")
 
@@ -286,6 +286,6 @@ def promotion_vs_k(fn, rng=None):
                 h = "the columns are swapped: no promotion first, then promoted every 128, then FP32"
             i = int(np.argmax(~np.isclose(got, want, rtol=1e-9).all(axis=1)))
             fail(q, [f"{call}: row for k = {ks[i]} is {got[i].tolist()}, expected {want[i].tolist()}"],
-                 h or "per k: exact = a[:, :k] @ b[:, :k].T in float64; for each of accum.dot_limited(.., 13), "
-                      "(.., 13, promote_every=128) and (.., None): np.max(|y - exact| / |exact|)")
+                 h or "per k, compare each model's result on the first k columns with the float64 product: the largest "
+                      "relative error, no promotion, promoted every 128, FP32 (check.hint gives the calls)")
     return "the errors without promotion, promoted every 128 and in FP32 equal fp8lab.numerics.accum's for every k"

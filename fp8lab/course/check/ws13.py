@@ -47,7 +47,7 @@ def issue_overlap(fn, rng=None):
         raise
     except (TypeError, ValueError) as e:
         fail(q, [f"try_overlap refused your plan: {e}"],
-             "make two streams with cuda.stream(), then call copy(one of them) and gemm(the other), once each")
+             "each op takes one stream; give the copy and the GEMM different ones, and call each once")
     except AssertionError as e:
         fail(q, [f"an output was wrong: {e}"], "call copy and gemm once each; nothing else")
     except Exception as e:
@@ -55,7 +55,7 @@ def issue_overlap(fn, rng=None):
              "copy(stream) and gemm(stream) take one argument: a stream from cuda.stream()")
     if r.streams != 2:
         fail(q, ["the copy and the GEMM were issued on one stream: the GEMM waits until the copy has finished"],
-             "one stream per operation: s1, s2 = cuda.stream(), cuda.stream()")
+             "ops on one stream run one after the other: give the GEMM a stream of its own")
     return "the copy and the GEMM on two streams, both outputs right (try_overlap)"
 
 
@@ -366,8 +366,8 @@ def time_ms(fn, rng=None):
             raise
         except Exception as e:
             fail(q, [f"time_ms(run) raised {type(e).__name__}: {e}"[:600]],
-                 "start, end = cuda.event(), cuda.event(); start.record(); run(); end.record(); end.synchronize(); "
-                 "return start.elapsed_time(end)")
+                 "two events around run(), recorded on the default stream; wait for the second before reading the "
+                 "time between them (check.hint gives the code)")
     if len(calls) != 1:
         fail(q, [f"run() was called {len(calls)} times: expected once"], "call run() once, between the two records")
     i0 = log.index(("run start",))
