@@ -100,11 +100,12 @@ def course_run(recipe: str, args: dict, steps: int) -> Run:
 
 
 def course_label(recipe: str) -> str:
-    """"fp8lab RECIPE", and for bf16 where its GEMMs run (engine_kernels.bf16_tensor_cores)."""
+    """"fp8lab RECIPE", and for a BF16 recipe where its GEMMs run (engine_kernels.bf16_tensor_cores)."""
+    from ..numerics import recipes
     from .engine_kernels import bf16_tensor_cores
 
-    if recipe == "bf16":
-        return "fp8lab bf16 (" + ("tensor cores" if bf16_tensor_cores() else "SIMT GEMMs") + ")"
+    if recipes.get(recipe).gemm_precision == "bf16":
+        return f"fp8lab {recipe} (" + ("tensor cores" if bf16_tensor_cores() else "SIMT GEMMs") + ")"
     return f"fp8lab {recipe}"
 
 
