@@ -66,6 +66,18 @@ def _group(q, g):
     return QuantizedTensor(q.data[:, k0:k0 + GROUP_K], q.scale[:, g:g + 1], q.fmt, q.granularity, q.block)
 
 
+def _order_matters():
+    """(qa, qb): one K-group whose float32 sum in k order differs from the sum in any other order: 256 * 256 first,
+    then 127 products 2^-9 * 1, each under half an ulp of 2^16, so lost one by one in k order but not when added
+    apart first (np.sum's and np.dot's partial sums). Random inputs catch that mistake only by chance."""
+    a = np.full((1, GROUP_K), 2.0 ** -9, np.float32)
+    b = np.ones((1, GROUP_K), np.float32)
+    a[0, 0] = b[0, 0] = 256.0
+    one = np.ones((1, 1), np.float32)
+    return (QuantizedTensor(formats.encode(a), one, "e4m3", "tile", GROUP_K),
+            QuantizedTensor(formats.encode(b), one.copy(), "e4m3", "block", GROUP_K))
+
+
 def _f32_sum(p):
     """float32 sum in k order (one rounding per addition)."""
     return np.cumsum(np.asarray(p, np.float32), dtype=np.float32)[-1] if len(p) else np.float32(0)
@@ -117,8 +129,9 @@ def scaled_group_sum(fn, rng=None):
     rng = np.random.default_rng() if rng is None else rng
     hint = "return one number: np.float32(partial * (sa[m, g] * sb[n // 128, g]))"
     n_checked = 0
-    for M, N, K in ((5, 2 * GROUP_K + 7, 2 * GROUP_K + 45), (3, 9, 100)):
-        qa, qb = _operands(rng, M, N, K)
+    cases = [_operands(rng, M, N, K) for M, N, K in ((5, 2 * GROUP_K + 7, 2 * GROUP_K + 45), (3, 9, 100))]
+    for qa, qb in cases + [_order_matters()]:
+        (M, K), N = qa.data.shape, qb.data.shape[0]
         G = -(-K // GROUP_K)
         picks = [(M - 1, N - 1, G - 1), (0, 0, 0)] + [(int(rng.integers(M)), int(rng.integers(N)),
                                                        int(rng.integers(G))) for _ in range(10)]
@@ -148,8 +161,8 @@ def scaled_group_sum(fn, rng=None):
                 h = next((h for _, v, h in _q1_variants(qa, qb, m, n, g) if v == got), None)
                 fail(q, lines, h or "partial = float32 sum over the group's k of decode(a) * decode(b), in k order; "
                                     "return partial * (sa[m, g] * sb[n // 128, g])")
-    return (f"{n_checked} group terms (odd K, a short last group, b's second block row) equal fp8_gemm.reference's, "
-            "bit for bit")
+    return (f"{n_checked} group terms (odd K, a short last group, b's second block row, a sum that depends on the "
+            "order) equal fp8_gemm.reference's, bit for bit")
 
 
 # ------------------------------------------------------------------------------ Q2: the kernel
