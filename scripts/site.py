@@ -305,7 +305,7 @@ _HTML_REF = re.compile(r"""((?:href|src)\s*=\s*["'])([^"']+)(["'])""", re.I)
 
 
 def page_of(rel_target: str) -> str:
-    """The site page of a notebook path relative to root: exercises/ws1.ipynb -> solutions/ws1.html."""
+    """The site page of a notebook path relative to root: exercises/ws2.ipynb -> solutions/ws2.html."""
     if rel_target.startswith("exercises/"):
         rel_target = "solutions/" + rel_target[len("exercises/"):]
     return rel_target[:-6] + ".html"
@@ -569,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--backend", choices=("gpu", "sim"),
                    help="sets FP8LAB_BACKEND for the kernels (default: as the environment has it, else probe)")
     e.add_argument("--only", nargs="+", metavar="NAME",
-                   help="only these notebooks (e.g. 00_start_here ws1_fp8_encode_decode)")
+                   help="only these notebooks (e.g. 00_start_here ws2_fp8_encode_decode)")
     e.add_argument("--out", type=Path, help="where the executed copies go (default: ROOT/docs/executed)")
     e.add_argument("--record", type=Path, metavar="JSON",
                    help="also write the lectures' measured figures to this file (fp8lab.course.recorded; GPU only)")

@@ -41,7 +41,7 @@ def test_backend_flag_is_applied_before_the_backend_is_chosen():
         one_line_error(fp8lab_cli("info", "--backend", "gpu"), "--backend gpu, but")  # after the command too
         one_line_error(fp8lab_cli("info", FP8LAB_BACKEND="gpu"), "FP8LAB_BACKEND=gpu, but")
         # checked before a notebook runs: grading must not report every question failed instead
-        one_line_error(fp8lab_cli("--backend", "gpu", "grade", "ws1"), "--backend gpu, but")
+        one_line_error(fp8lab_cli("--backend", "gpu", "grade", "ws2"), "--backend gpu, but")
     r = fp8lab_cli(f"--backend={runtime.backend}", "info")
     assert r.returncode == 0 and f" {runtime.backend}" in r.stdout, r.stderr
 
@@ -49,8 +49,8 @@ def test_backend_flag_is_applied_before_the_backend_is_chosen():
 @pytest.mark.parametrize("args, env, words", [
     (["info"], {"FP8LAB_BACKEND": "bogus"}, ["FP8LAB_BACKEND must be one of ('gpu', 'sim')", "'bogus'"]),
     (["--backend", "cpu", "info"], {}, ["--backend must be one of ('gpu', 'sim')", "'cpu'"]),
-    (["--backend", "cpu", "grade", "ws1"], {}, ["--backend must be one of"]),
-    (["grade", "ws1"], {"FP8LAB_BACKEND": "bogus"}, ["FP8LAB_BACKEND must be one of"]),
+    (["--backend", "cpu", "grade", "ws2"], {}, ["--backend must be one of"]),
+    (["grade", "ws2"], {"FP8LAB_BACKEND": "bogus"}, ["FP8LAB_BACKEND must be one of"]),
     (["grade", "ws99"], {}, ["no worksheet 'ws99'", "ws1, ws2"]),
     (["grade", str(ROOT / "notebooks" / "00_start_here.ipynb")], {}, ["not a worksheet"]),
     (["grade", "missing.ipynb"], {}, ["cannot read missing.ipynb"]),
@@ -111,22 +111,22 @@ def test_help_names_the_command_typed(args, usage):
 def test_start_copies_an_exercise_once_and_fresh_keeps_a_backup(tmp_path, capsys):
     ex = ROOT / "exercises"
     work = tmp_path / "work"
-    dst = worksheets.start("ws2", exercises=ex, work=work)
-    assert dst == work / "ws2_rmsnorm_kernel.ipynb"
+    dst = worksheets.start("ws1", exercises=ex, work=work)
+    assert dst == work / "ws1_rmsnorm_kernel.ipynb"
     assert dst.read_bytes() == (ex / dst.name).read_bytes()
     dst.write_text(dst.read_text().replace("your answer goes here", "my answer"))
     mine = dst.read_text()
-    assert worksheets.start("ws2_rmsnorm_kernel.ipynb", exercises=ex, work=work) == dst
+    assert worksheets.start("ws1_rmsnorm_kernel.ipynb", exercises=ex, work=work) == dst
     assert dst.read_text() == mine and "already exists" in capsys.readouterr().out
-    worksheets.start("ws2", fresh=True, exercises=ex, work=work)
+    worksheets.start("ws1", fresh=True, exercises=ex, work=work)
     assert dst.read_bytes() == (ex / dst.name).read_bytes()
-    (backup,) = (work / "backup").glob("*/ws2_rmsnorm_kernel.ipynb")
+    (backup,) = (work / "backup").glob("*/ws1_rmsnorm_kernel.ipynb")
     assert backup.read_text() == mine
-    worksheets.start("ws2", fresh=True, exercises=ex, work=work)  # an untouched copy: nothing to back up
+    worksheets.start("ws1", fresh=True, exercises=ex, work=work)  # an untouched copy: nothing to back up
     assert len(list((work / "backup").glob("*/*.ipynb"))) == 1
     dst.write_text(dst.read_text().replace("your answer goes here", "second try"))
-    worksheets.start("ws2", fresh=True, exercises=ex, work=work)  # within the same second: a new folder
-    saved = sorted(p.read_text() for p in (work / "backup").glob("*/ws2_rmsnorm_kernel.ipynb"))
+    worksheets.start("ws1", fresh=True, exercises=ex, work=work)  # within the same second: a new folder
+    saved = sorted(p.read_text() for p in (work / "backup").glob("*/ws1_rmsnorm_kernel.ipynb"))
     assert len(saved) == 2 and mine in saved and any("second try" in t for t in saved)
     with pytest.raises(worksheets.WorksheetError, match="no worksheet 'ws77'"):
         worksheets.start("ws77", exercises=ex, work=work)
@@ -135,5 +135,5 @@ def test_start_copies_an_exercise_once_and_fresh_keeps_a_backup(tmp_path, capsys
 
 
 def test_work_folder_is_ignored_by_git():
-    r = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", "work/ws1_fp8_encode_decode.ipynb"])
+    r = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", "work/ws2_fp8_encode_decode.ipynb"])
     assert r.returncode == 0, "work/ (learners' copies) must be in .gitignore"

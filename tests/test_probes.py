@@ -96,9 +96,9 @@ def test_pipeline_estimates_its_work_and_refuses_or_warns_with_a_number():
 # ------------------------------------------------------------------------------------------------ worksheets
 
 
-def _ws1_with(tmp_path, before_answer: str) -> Path:
-    """The ws1 solution with `before_answer` inserted at the top of its first answer."""
-    nb = json.loads((ROOT / "solutions" / "ws1_fp8_encode_decode.ipynb").read_text())
+def _ws2_with(tmp_path, before_answer: str) -> Path:
+    """The ws2 solution with `before_answer` inserted at the top of its first answer."""
+    nb = json.loads((ROOT / "solutions" / "ws2_fp8_encode_decode.ipynb").read_text())
     for cell in nb["cells"]:
         src = "".join(cell["source"])
         if worksheets.BEGIN in src:
@@ -108,13 +108,13 @@ def _ws1_with(tmp_path, before_answer: str) -> Path:
             lines.insert(i + 1, "\n".join(indent + line for line in before_answer.split("\n")))
             cell["source"] = "\n".join(lines)
             break
-    path = tmp_path / "ws1_probe.ipynb"
+    path = tmp_path / "ws2_probe.ipynb"
     path.write_text(json.dumps(nb))
     return path
 
 
 def test_grade_reports_a_cell_that_never_ends_and_still_prints_the_table(tmp_path):
-    path = _ws1_with(tmp_path, "while True:\n    pass")
+    path = _ws2_with(tmp_path, "while True:\n    pass")
     r = _cli("grade", str(path), "--timeout", "5", timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "timed out: still running after 5 s, interrupted" in r.stdout and "score: 1 of 2 questions passed" in \
@@ -124,7 +124,7 @@ def test_grade_reports_a_cell_that_never_ends_and_still_prints_the_table(tmp_pat
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon"])
 def test_grade_timeout_must_be_positive(value):
-    r = _cli("grade", "ws1", "--timeout", value)
+    r = _cli("grade", "ws2", "--timeout", value)
     assert r.returncode == 2 and "--timeout: must be a positive number of seconds per cell" in r.stderr
 
 
@@ -141,12 +141,12 @@ def test_start_and_grade_refuse_files_and_folders_in_the_wrong_place(tmp_path):
     work = tmp_path / "work"
     work.write_text("not a folder")
     with pytest.raises(worksheets.WorksheetError, match=r"work is a file, not a folder: your worksheet copies go in"):
-        worksheets.start("ws1", work=work, log=lambda *a: None)
+        worksheets.start("ws2", work=work, log=lambda *a: None)
     work.unlink()
-    (work / "ws1_fp8_encode_decode.ipynb").mkdir(parents=True)
-    with pytest.raises(worksheets.WorksheetError, match="ws1_fp8_encode_decode.ipynb is a folder, not your copy"):
-        worksheets.start("ws1", work=work, log=lambda *a: None)
-    assert (work / "ws1_fp8_encode_decode.ipynb").is_dir()  # nothing touched
+    (work / "ws2_fp8_encode_decode.ipynb").mkdir(parents=True)
+    with pytest.raises(worksheets.WorksheetError, match="ws2_fp8_encode_decode.ipynb is a folder, not your copy"):
+        worksheets.start("ws2", work=work, log=lambda *a: None)
+    assert (work / "ws2_fp8_encode_decode.ipynb").is_dir()  # nothing touched
     r = _cli("grade", str(work))
     assert r.returncode == 2 and "is a folder: grade a worksheet by its name" in r.stderr
 

@@ -35,7 +35,7 @@ def _path(name: str) -> Path:
 
 
 def markdown(name: str) -> str:
-    """The markdown cells of a lecture ("08") or worksheet ("ws10_"), whitespace collapsed, dashes as hyphens."""
+    """The markdown cells of a lecture ("08") or worksheet ("ws11_"), whitespace collapsed, dashes as hyphens."""
     cells = json.loads(_path(name).read_text(encoding="utf-8"))["cells"]
     return _norm("\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown"))
 
@@ -189,7 +189,7 @@ def q10_budget():
                 pred=1 - math.ceil(tiles / 132) / math.ceil(tiles / 112))
 
 
-def q_ws7():
+def q_ws6():
     return dict(h200=2.0**11 + accum_added("v2", 1.875, 11))
 
 
@@ -238,9 +238,9 @@ QUOTED = [
            "the GEMM {gemm:.1f} ms. Overlapped, each op ran a little slower than alone", q10_streams),
     ("10", "({gain:.2f}x on the recorded H200 run)", q10_streams),
     ("10", "on the recorded run {alone:.1%} alone against {pred:.1%} predicted, and {beside:.1%} beside", q10_budget),
-    ("ws7_", "the H200 gives {h200:g}", q_ws7),
+    ("ws6_", "the H200 gives {h200:g}", q_ws6),
     ("09", "reach 10⁴-10⁵ times the median", q_massive),
-    ("ws10_", "reach 10⁴-10⁵ times the median (\"e.g., 100,000 times larger\", in their abstract), about 2{lo}-2{hi}",
+    ("ws11_", "reach 10⁴-10⁵ times the median (\"e.g., 100,000 times larger\", in their abstract), about 2{lo}-2{hi}",
      q_massive),
 ]
 
@@ -341,8 +341,8 @@ def test_titles_and_link_labels_carry_their_file_numbers():
 
 
 def test_the_worksheet_sweep_breaks_among_massive_activations():
-    """ws10's own sweep (seed 0) breaks inside 10^4-10^5, where its prose puts it."""
-    from fp8lab.course.check import ws10
+    """ws11's own sweep (seed 0) breaks inside 10^4-10^5, where its prose puts it."""
+    from fp8lab.course.check import ws11
     from fp8lab.training import engine_reference
     from fp8lab.training import model as lm
 
@@ -357,6 +357,6 @@ def test_the_worksheet_sweep_breaks_among_massive_activations():
         d = np.ones(K, np.float32) if d is None else d
         errors[e] = {r: float(np.linalg.norm(engine_reference.Linear(r).forward(z * d, w / d) - exact)
                               / np.linalg.norm(exact)) for r in ("fp8-tensor", "fp8-deepseek")}
-    e_break = ws10._breaks(errors)
+    e_break = ws11._breaks(errors)
     assert e_break is not None and math.log2(1e4) <= e_break <= math.log2(1e5), e_break
-    assert "this break lies inside that range" in markdown("ws10_")
+    assert "this break lies inside that range" in markdown("ws11_")

@@ -42,7 +42,7 @@ def hrefs(page: Path) -> list[str]:
 
 def test_sources_are_the_lectures_and_worksheets():
     assert "notebooks/00_start_here.ipynb" in SOURCES
-    assert any(s.startswith("solutions/ws1") for s in SOURCES)
+    assert any(s.startswith("solutions/ws2") for s in SOURCES)
     assert len(SOURCES) == sum(len(list((ROOT / d).glob("*.ipynb"))) for d in ("notebooks", "solutions"))
 
 
@@ -98,8 +98,8 @@ def test_build_the_committed_site(tmp_path):
         assert not [h for h in hrefs(page) if h.split("#")[0].endswith(".ipynb")], page
     # lecture 02 links its worksheets (exercises/...ipynb in the source) to their rendered solutions
     lecture = out / "notebooks" / "02_from_pytorch_to_kernels.html"
-    if lecture.exists() and "exercises/ws1" in (ROOT / "notebooks" / "02_from_pytorch_to_kernels.ipynb").read_text():
-        assert "../solutions/ws1_fp8_encode_decode.html" in hrefs(lecture)
+    if lecture.exists() and "exercises/ws2" in (ROOT / "notebooks" / "02_from_pytorch_to_kernels.ipynb").read_text():
+        assert "../solutions/ws2_fp8_encode_decode.html" in hrefs(lecture)
 
 
 # ------------------------------------------------------------------------ the pipeline on a small run (c)
@@ -153,7 +153,7 @@ def test_build_from_a_partial_run(sim_run, tmp_path):
     index = (out / "index.html").read_text(encoding="utf-8")
     assert "notebooks/00_start_here.html" in hrefs(out / "index.html")
     assert index.count("no executed copy") == len(SOURCES) - 1  # each missing page is named as such
-    assert "ws4_tile_quantize_kernel" in index and "what you learn" in index  # both README tables
+    assert "ws3_tile_quantize_kernel" in index and "what you learn" in index  # both README tables
     page = out / "notebooks" / "00_start_here.html"
     text = page.read_text(encoding="utf-8")
     assert re.search(r"<img[^>]*src=\"data:image/png;base64,", text), "the plot is not on the page"
@@ -200,7 +200,7 @@ def test_check_detects_a_changed_or_missing_copy(tmp_path):
     nb = nbformat.read(tmp_path / prose, as_version=4)
     nb.cells.append(nbformat.v4.new_markdown_cell("A sentence written after the GPU run."))
     nbformat.write(nb, tmp_path / prose)
-    changed, gone = "notebooks/03_fp8_formats.ipynb", "solutions/ws2_rmsnorm_kernel.ipynb"
+    changed, gone = "notebooks/03_fp8_formats.ipynb", "solutions/ws1_rmsnorm_kernel.ipynb"
     nb = nbformat.read(tmp_path / changed, as_version=4)
     next(c for c in nb.cells if c.cell_type == "code").source += "\nx_new = 1  # an edit after the GPU run"
     nbformat.write(nb, tmp_path / changed)
@@ -244,17 +244,17 @@ def test_build_takes_prose_from_the_source_and_outputs_from_the_run():
 
 
 def test_links_to_notebooks_become_links_to_pages():
-    text = ("[ws1](../exercises/ws1_fp8_encode_decode.ipynb), [next](04_scaling_and_quantization.ipynb#delayed), "
+    text = ("[ws2](../exercises/ws2_fp8_encode_decode.ipynb), [next](04_scaling_and_quantization.ipynb#delayed), "
             "[nb](https://example.org/x.ipynb), [top](#top), `kernel[grid, block](x)`, "
             '<a href="../notebooks/03_fp8_formats.ipynb">02</a>, [back](../notebooks/01_x.ipynb "title")')
     out = site.rewrite_links(text, "notebooks/02_from_pytorch_to_kernels.html")
-    assert "(../solutions/ws1_fp8_encode_decode.html)" in out
+    assert "(../solutions/ws2_fp8_encode_decode.html)" in out
     assert "(04_scaling_and_quantization.html#delayed)" in out
     assert "(https://example.org/x.ipynb)" in out and "(#top)" in out and "kernel[grid, block](x)" in out
     assert 'href="03_fp8_formats.html"' in out and '(01_x.html "title")' in out
     dead = []
-    site.rewrite_links("[w](../notebooks/zz.ipynb)", "solutions/ws1.html", {"notebooks/aa.html"}, dead)
-    assert dead == ["solutions/ws1.html: ../notebooks/zz.ipynb"]
+    site.rewrite_links("[w](../notebooks/zz.ipynb)", "solutions/ws2.html", {"notebooks/aa.html"}, dead)
+    assert dead == ["solutions/ws2.html: ../notebooks/zz.ipynb"]
 
 
 def test_the_index_is_readmes_notebook_map():
@@ -262,14 +262,14 @@ def test_the_index_is_readmes_notebook_map():
         "# x", "## The notebooks", "", "| notebook | what |", "|---|---|",
         "| [00_a](notebooks/00_a.ipynb) | A |", "| [01_b](notebooks/01_b.ipynb) | B |", "",
         "## Other table", "| not | notebooks |", "|---|---|", "| 1 | 2 |", "",
-        "## Worksheets", "| worksheet | you write |", "|---|---|", "| [ws1](exercises/ws1.ipynb) | W |",
+        "## Worksheets", "| worksheet | you write |", "|---|---|", "| [ws2](exercises/ws2.ipynb) | W |",
     ])
     assert [h for h, _ in site.readme_tables(readme)] == ["The notebooks", "Worksheets"]
     stamp = {"device": "NVIDIA H200", "date": "2026-01-01", "backend": "gpu"}
-    pages = {"notebooks/00_a.html": stamp, "notebooks/01_b.html": None, "solutions/ws1.html": stamp,
+    pages = {"notebooks/00_a.html": stamp, "notebooks/01_b.html": None, "solutions/ws2.html": stamp,
              "notebooks/02_c.html": stamp}
     md, linked = site.index_markdown(readme, pages)
-    assert "[00_a](notebooks/00_a.html)" in md and "[ws1](solutions/ws1.html)" in md
+    assert "[00_a](notebooks/00_a.html)" in md and "[ws2](solutions/ws2.html)" in md
     assert "| 01_b | B | **not rendered: no executed copy** |" in md
     assert "NVIDIA H200, 2026-01-01" in md and "[02_c](notebooks/02_c.html)" in md  # not in README: still listed
     assert ".ipynb" not in md and linked == set(pages)

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from fp8lab.course import check, hints, worksheets
+from fp8lab.course import check, hints, renamed, worksheets
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,18 +30,18 @@ CHECKS = {"encode_e4m3", "decode_e4m3", "rmsnorm_forward_kernel", "tiled_gemm_ke
           "accumulate_limited", "promoted_dot", "promotion_errors", "swizzled_offset", "wgmma_tile_kernel",
           "scaled_group_sum", "fp8_gemm_promoted_kernel", "promotion_vs_k", "issue_overlap", "pipeline", "time_ms"}
 LECTURES = {  # the lecture each worksheet links to (and back to)
-    "ws1_fp8_encode_decode.ipynb": "03_fp8_formats",
-    "ws2_rmsnorm_kernel.ipynb": "01_cuda_primer",
-    "ws3_tiled_gemm.ipynb": "05_cuda_through_gemm",
-    "ws4_tile_quantize_kernel.ipynb": "04_scaling_and_quantization",
-    "ws5_inline_ptx.ipynb": "07_ptx_sass_and_tensor_cores",
-    "ws6_pipeline_schedules.ipynb": "10_overlap_and_communication",
-    "ws7_limited_accumulation.ipynb": "06_fp8_gemm_and_accumulation",
-    "ws8_delayed_scaling.ipynb": "04_scaling_and_quantization",
-    "ws9_fp8_linear_backward.ipynb": "09_training_the_deepseek_way",
-    "ws10_training_recipe.ipynb": "09_training_the_deepseek_way",
-    "ws11_wgmma_tile.ipynb": "07_ptx_sass_and_tensor_cores",
-    "ws12_fp8_gemm_promotion.ipynb": "06_fp8_gemm_and_accumulation",
+    "ws1_rmsnorm_kernel.ipynb": "01_cuda_primer",
+    "ws2_fp8_encode_decode.ipynb": "03_fp8_formats",
+    "ws3_tile_quantize_kernel.ipynb": "04_scaling_and_quantization",
+    "ws4_delayed_scaling.ipynb": "04_scaling_and_quantization",
+    "ws5_tiled_gemm.ipynb": "05_cuda_through_gemm",
+    "ws6_limited_accumulation.ipynb": "06_fp8_gemm_and_accumulation",
+    "ws7_fp8_gemm_promotion.ipynb": "06_fp8_gemm_and_accumulation",
+    "ws8_inline_ptx.ipynb": "07_ptx_sass_and_tensor_cores",
+    "ws9_wgmma_tile.ipynb": "07_ptx_sass_and_tensor_cores",
+    "ws10_fp8_linear_backward.ipynb": "09_training_the_deepseek_way",
+    "ws11_training_recipe.ipynb": "09_training_the_deepseek_way",
+    "ws12_pipeline_schedules.ipynb": "10_overlap_and_communication",
     "ws13_two_stream_overlap.ipynb": "10_overlap_and_communication",
 }
 
@@ -95,22 +95,22 @@ def test_exercise_is_not_attempted(graded_exercises, graded_solutions, name):
 
 
 def test_grade_report_mixes_outcomes(tmp_path, generated, monkeypatch, capsys):
-    """A learner started ws1 (a copy in work/), answered one question wrongly and left the other; a typo in
-    another cell. `fp8lab grade ws1` grades the copy: one failed row (with the message's first line), one not
+    """A learner started ws2 (a copy in work/), answered one question wrongly and left the other; a typo in
+    another cell. `fp8lab grade ws2` grades the copy: one failed row (with the message's first line), one not
     attempted, the cell error, exit status 1; a line points to --hints, which adds the failed question's second
     hint."""
     root = tmp_path / "course"
     shutil.copytree(generated, root / "exercises")
     monkeypatch.setattr(worksheets, "_root", lambda: root)
-    path = worksheets.start("ws1", log=lambda *a: None)
-    assert path == root / "work" / "ws1_fp8_encode_decode.ipynb"
+    path = worksheets.start("ws2", log=lambda *a: None)
+    assert path == root / "work" / "ws2_fp8_encode_decode.ipynb"
     nb = nbformat.read(path, as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code" and "def decode_e4m3" in c.source)
     cell.source = cell.source.replace('raise NotImplementedError("your answer goes here: replace this line")',
                                       "return float(code)")
     nb.cells.append(nbformat.v4.new_code_cell("prnt('a typo')"))
     nbformat.write(nb, path)
-    assert worksheets.main(["ws1"], prog="fp8lab grade") == 1
+    assert worksheets.main(["ws2"], prog="fp8lab grade") == 1
     out = capsys.readouterr().out
     assert "(cell error)" in out and "NameError: name 'prnt' is not defined" in out
     assert "score: 0 of 2 questions passed" in out
@@ -118,11 +118,11 @@ def test_grade_report_mixes_outcomes(tmp_path, generated, monkeypatch, capsys):
     assert "failed" in lines["decode_e4m3"] and "codes decode wrongly" in lines["decode_e4m3"]
     assert "not attempted" in lines["encode_e4m3"]
     # the second hints only with --hints, and only for the failed question
-    second = json.loads((root / "exercises" / hints.FILE).read_text())["worksheets"]["ws1"]["questions"]
-    assert "`fp8lab grade ws1 --hints` prints" in out and second[0]["hint"][0] not in out
-    assert worksheets.main(["ws1", "--hints"], prog="fp8lab grade") == 1
+    second = json.loads((root / "exercises" / hints.FILE).read_text())["worksheets"]["ws2"]["questions"]
+    assert "`fp8lab grade ws2 --hints` prints" in out and second[0]["hint"][0] not in out
+    assert worksheets.main(["ws2", "--hints"], prog="fp8lab grade") == 1
     out = capsys.readouterr().out
-    assert "ws1 question 1 (decode_e4m3), second hint" in out
+    assert "ws2 question 1 (decode_e4m3), second hint" in out
     assert all(line in out for line in second[0]["hint"]) and second[1]["hint"][0] not in out
 
 
@@ -198,7 +198,7 @@ def tree(tmp_path):
 def test_build_protects_edited_exercise(tree, capsys):
     sol, ex = tree
     assert worksheets.stale_files(sol, ex) == []
-    target = ex / "ws2_rmsnorm_kernel.ipynb"
+    target = ex / "ws1_rmsnorm_kernel.ipynb"
     nb = nbformat.read(target, as_version=4)
     cell = next(c for c in nb.cells if c.cell_type == "code" and "NotImplementedError" in c.source)
     cell.source = cell.source.replace("raise NotImplementedError", "pass  # my answer\n    # raise NotImplementedError")
@@ -213,23 +213,23 @@ def test_build_protects_edited_exercise(tree, capsys):
     assert str(target) in capsys.readouterr().err
     assert worksheets.main(args + ["--force"]) == 0
     assert worksheets.stale_files(sol, ex) == []
-    (backup,) = (sol.parent / "work" / "backup").glob("*/ws2_rmsnorm_kernel.ipynb")  # --force kept the edit
+    (backup,) = (sol.parent / "work" / "backup").glob("*/ws1_rmsnorm_kernel.ipynb")  # --force kept the edit
     assert backup.read_text() == edited
 
 
 def test_build_updates_generated_exercise_when_solution_changes(tree, capsys):
     sol, ex = tree
-    src = sol / "ws1_fp8_encode_decode.ipynb"
+    src = sol / "ws2_fp8_encode_decode.ipynb"
     nb = nbformat.read(src, as_version=4)
     nb.cells[0].source += "\n\nA new sentence."
     nbformat.write(nb, src)
     check_args = ["build", "--check", "--solutions", str(sol), "--exercises", str(ex)]
     assert worksheets.main(check_args) == 1
-    assert "ws1_fp8_encode_decode.ipynb" in capsys.readouterr().err
+    assert "ws2_fp8_encode_decode.ipynb" in capsys.readouterr().err
     # the exercise on disk is what the generator wrote last time, so it is replaced without --force
     written = worksheets.build(sol, ex, run=False, log=lambda *a: None)
-    assert written == ["ws1_fp8_encode_decode.ipynb", worksheets.MANIFEST]
-    assert "A new sentence." in (ex / "ws1_fp8_encode_decode.ipynb").read_text()
+    assert written == ["ws2_fp8_encode_decode.ipynb", worksheets.MANIFEST]
+    assert "A new sentence." in (ex / "ws2_fp8_encode_decode.ipynb").read_text()
     assert worksheets.main(check_args) == 0
     assert worksheets.build(sol, ex, run=False, log=lambda *a: None) == []
 
@@ -308,8 +308,8 @@ def fresh_counts(monkeypatch):
 
 
 def test_second_failure_prints_the_revealing_hint_once(fresh_counts, capsys):
-    ws, number, name, lines = hints.lookup(hints.load(), "ws1", "decode_e4m3")
-    assert (ws, number) == ("ws1", 1) and lines
+    ws, number, name, lines = hints.lookup(hints.load(), "ws2", "decode_e4m3")
+    assert (ws, number) == ("ws2", 1) and lines
 
     def decode_e4m3(code):
         return float(code)  # wrong
@@ -321,31 +321,31 @@ def test_second_failure_prints_the_revealing_hint_once(fresh_counts, capsys):
         messages.append(str(info.value))
         out = capsys.readouterr().out
         assert out.count(lines[0]) == (1 if len(messages) == 2 else 0), (len(messages), out)
-    assert 'check.hint("ws1", 1)' in messages[0] and lines[0] not in messages[0]
+    assert 'check.hint("ws2", 1)' in messages[0] and lines[0] not in messages[0]
     assert all(lines[0] not in m for m in messages)
     assert "above" in messages[1]
 
 
 def test_hint_on_request(capsys):
     data = hints.load()
-    ws5 = data["ws5"]["questions"]
-    check.hint("ws5", 2)
+    ws8 = data["ws8"]["questions"]
+    check.hint("ws8", 2)
     out = capsys.readouterr().out
-    assert out.startswith("ws5 question 2 (cvt_e4m3x2_intrinsic)")
-    assert all(line in out for line in ws5[1]["hint"]) and ws5[0]["hint"][0] not in out
+    assert out.startswith("ws8 question 2 (cvt_e4m3x2_intrinsic)")
+    assert all(line in out for line in ws8[1]["hint"]) and ws8[0]["hint"][0] not in out
     assert "ir.InlineAsm(" in out  # issue 29: the line that used to sit in the exercise
-    check.hint("ws5_inline_ptx", "cvt_e4m3x2_intrinsic")
+    check.hint("ws8_inline_ptx", "cvt_e4m3x2_intrinsic")
     assert capsys.readouterr().out == out
 
 
 @pytest.mark.parametrize("args, error, says", [
-    (("ws99", 1), ValueError, "worksheet must be one of ws1, "),
-    ((5, 1), TypeError, "worksheet must be a worksheet's name such as 'ws5', got int 5"),
-    (("ws5", 3), ValueError, "question must be a number 1..2 or a check's name of ws5 (mma_a_fragment, "),
-    (("ws5", 0), ValueError, "got 0"),
-    (("ws5", "encode_e4m3"), ValueError, "got 'encode_e4m3'"),
-    (("ws5", 1.0), TypeError, "question must be a number 1..2"),
-    (("ws5", True), TypeError, "got bool True"),
+    (("ws99", 1), ValueError, "worksheet must be one of ws1, ws2, "),
+    ((5, 1), TypeError, "worksheet must be a worksheet's name such as 'ws8', got int 5"),
+    (("ws8", 3), ValueError, "question must be a number 1..2 or a check's name of ws8 (mma_a_fragment, "),
+    (("ws8", 0), ValueError, "got 0"),
+    (("ws8", "encode_e4m3"), ValueError, "got 'encode_e4m3'"),
+    (("ws8", 1.0), TypeError, "question must be a number 1..2"),
+    (("ws8", True), TypeError, "got bool True"),
 ])
 def test_hint_bad_input_names_the_argument(args, error, says):
     with pytest.raises(error) as info:
@@ -356,7 +356,7 @@ def test_hint_bad_input_names_the_argument(args, error, says):
 def test_hint_without_the_generated_file(tmp_path, monkeypatch, fresh_counts, capsys):
     monkeypatch.setattr(hints, "course_root", lambda: tmp_path)
     with pytest.raises(FileNotFoundError, match=r"\.hints\.json.*fp8lab worksheets build"):
-        check.hint("ws1", 1)
+        check.hint("ws2", 1)
     for _ in range(2):  # a failing check still fails as before, without a hint to offer
         with pytest.raises(check.CheckFailed) as info:
             check.decode_e4m3(lambda code: 0.0)
@@ -368,7 +368,7 @@ def test_build_leaves_work_copies_alone(tree):
     sol, ex = tree
     work = sol.parent / "work"
     work.mkdir()
-    mine = work / "ws5_inline_ptx.ipynb"
+    mine = work / "ws8_inline_ptx.ipynb"
     shutil.copyfile(ex / mine.name, mine)
     nb = nbformat.read(mine, as_version=4)
     nb.cells[0].source += "\n\nmy notes"
@@ -379,3 +379,59 @@ def test_build_leaves_work_copies_alone(tree):
     nbformat.write(src, sol / mine.name)
     assert worksheets.build(sol, ex, run=False, log=lambda *a: None) == [mine.name, worksheets.MANIFEST]
     assert mine.read_bytes() == before and sorted(p.name for p in work.iterdir()) == [mine.name]
+
+
+def test_renamed_table_matches_the_exercises():
+    """Every old name maps to a worksheet that exists now, and no old name is a current one (so a copy's full file
+    name always says which worksheet it is)."""
+    now = {p.name for p in EXERCISES.glob("ws*.ipynb")}
+    assert set(renamed.RENAMED.values()) <= now and not set(renamed.RENAMED) & now
+    assert len(set(renamed.RENAMED.values())) == len(renamed.RENAMED)
+
+
+def test_old_numbered_copies_are_named_never_graded_as_another(tmp_path, monkeypatch, capsys):
+    """A learner's copies from before the renumbering (work/ws5_inline_ptx.ipynb is today's ws8, and ws5 is now the
+    tiled GEMM): `fp8lab grade` and `fp8lab worksheets start` say what each is and how to rename it, never grade it as
+    the worksheet that now carries its number, and never rename, overwrite or delete it."""
+    root = tmp_path / "course"
+    shutil.copytree(EXERCISES, root / "exercises")
+    monkeypatch.setattr(worksheets, "_root", lambda: root)
+    work = root / "work"
+    work.mkdir()
+    old_ptx, old_e4m3 = work / "ws5_inline_ptx.ipynb", work / "ws1_fp8_encode_decode.ipynb"
+    shutil.copyfile(root / "exercises" / "ws8_inline_ptx.ipynb", old_ptx)
+    shutil.copyfile(root / "exercises" / "ws2_fp8_encode_decode.ipynb", old_e4m3)
+    old_ptx.write_text(old_ptx.read_text().replace("raise NotImplementedError", "raise  NotImplementedError"))
+    before = {p.name: p.read_bytes() for p in work.iterdir()}
+
+    # grade ws5: the tiled GEMM has no copy; the old ws5 is named as today's ws8, and nothing is graded
+    assert worksheets.main(["ws5"], prog="fp8lab grade") == 2
+    out, err = capsys.readouterr()
+    assert "score" not in out
+    assert ("work/ws5_tiled_gemm.ipynb does not exist. work/ws5_inline_ptx.ipynb is your copy of what is now "
+            "ws8_inline_ptx") in err
+    assert "rename it to work/ws8_inline_ptx.ipynb" in err and "it is not ws5 (ws5_tiled_gemm)" in err
+    # grade ws8: its copy carries the old name
+    assert worksheets.main(["ws8"], prog="fp8lab grade") == 2
+    err = capsys.readouterr().err
+    assert "work/ws8_inline_ptx.ipynb does not exist. work/ws5_inline_ptx.ipynb is your copy of what is now" in err
+    # start ws8 / ws2: no fresh copy beside the learner's own without being asked
+    for name, old in (("ws8", old_ptx), ("ws2", old_e4m3)):
+        with pytest.raises(worksheets.WorksheetError, match=rf"{old.name} is your copy of what is now .*--fresh"):
+            worksheets.start(name, log=lambda *a: None)
+    assert {p.name: p.read_bytes() for p in work.iterdir()} == before
+    # start ws1 (now the RMSNorm kernel): copied, with a note that the old ws1 is another worksheet
+    said = []
+    assert worksheets.start("ws1", log=said.append) == work / "ws1_rmsnorm_kernel.ipynb"
+    assert any(s.startswith("note: work/ws1_fp8_encode_decode.ipynb is your copy of what is now "
+                            "ws2_fp8_encode_decode") and "it is not ws1" in s for s in said)
+    # asked with --fresh: a new ws8 beside the old copy, which is kept; grading ws8 grades the new one, with a note
+    said = []
+    worksheets.start("ws8", fresh=True, log=said.append)
+    assert any("work/ws8_inline_ptx.ipynb exists too" in s for s in said)
+    assert worksheets._gradable("ws8", log=said.append) == work / "ws8_inline_ptx.ipynb"
+    assert "grade the old one with `fp8lab grade work/ws5_inline_ptx.ipynb`" in said[-1]
+    # graded by its path, the old copy runs its own checks (by name): allowed, with a note
+    said = []
+    assert worksheets._gradable(str(old_ptx), log=said.append) == old_ptx and "ws8_inline_ptx" in said[0]
+    assert all((work / n).read_bytes() == b for n, b in before.items())

@@ -7,11 +7,11 @@ collects them into exercises/.hints.json (generated, like the exercises; `build 
 with solutions/), keyed by the check that grades the region: the first `check.<name>(...)` call at or after its cell.
 
 A learner gets step 2 in three ways:
-- on request: `check.hint("ws5", 2)` prints it for question 2 of ws5 (questions are numbered in the order the
+- on request: `check.hint("ws8", 2)` prints it for question 2 of ws8 (questions are numbered in the order the
   worksheet calls its checks, as `fp8lab grade` lists them; a check's name works too);
 - by itself, once, after the second failed check of the same question: failures are counted per question in the
   running Python process (one kernel session: restarting the kernel starts the count again);
-- `fp8lab grade ws5 --hints` prints it for each question that failed (never without the flag).
+- `fp8lab grade ws8 --hints` prints it for each question that failed (never without the flag).
 
 Pure Python: `course_root`, `load`, `lookup`, `for_check`, `describe`, `call`, `print_for_failed`.
 """
@@ -43,11 +43,11 @@ def load(exercises=None) -> dict:
 
 
 def lookup(data: dict, worksheet, question) -> tuple[str, int, str, list[str]]:
-    """(worksheet, question number, check name, hint lines) for `worksheet` ("ws5", or its file name) and `question`
+    """(worksheet, question number, check name, hint lines) for `worksheet` ("ws8", or its file name) and `question`
     (1-based in the worksheet's order, or the check's name). ValueError/TypeError naming the bad argument."""
     names = list(data)
     if not isinstance(worksheet, str):
-        raise TypeError(f"worksheet must be a worksheet's name such as 'ws5', got {type(worksheet).__name__} "
+        raise TypeError(f"worksheet must be a worksheet's name such as 'ws8', got {type(worksheet).__name__} "
                         f"{worksheet!r}")
     stem = worksheet.strip().removesuffix(".ipynb")
     ws = next((w for w in names if stem in (w, data[w]["file"].removesuffix(".ipynb"))), None)

@@ -14,7 +14,8 @@ which git ignores, so their answers never conflict with an update of the course 
 
 start NAME
     NAME is ws1 .. wsN or an exercise's file name. Copies the exercise to work/ unless a copy is already there
-    (then it says so and keeps it); `--fresh` starts over, moving the old copy to work/backup/ first.
+    (then it says so and keeps it); `--fresh` starts over, moving the old copy to work/backup/ first. A copy under
+    a worksheet's old name (before they were numbered in lecture order) is named, never renamed (course.renamed).
 
 build
     1. runs every solution notebook headless (nbclient, kernel "python3" of this environment) and writes
@@ -54,7 +55,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import hints
+from . import hints, renamed
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -85,7 +86,7 @@ def _names(exercises: Path) -> list[str]:
 
 
 def resolve(name, exercises=None) -> Path:
-    """The exercise file that `name` means: ws1, ws1_fp8_encode_decode or ws1_fp8_encode_decode.ipynb."""
+    """The exercise file that `name` means: ws1, ws1_rmsnorm_kernel or ws1_rmsnorm_kernel.ipynb."""
     if not isinstance(name, (str, os.PathLike)):
         raise TypeError(f"name must be a worksheet name such as 'ws1', got {type(name).__name__}")
     exercises = Path(exercises) if exercises else _root() / "exercises"
@@ -127,6 +128,9 @@ def start(name, *, fresh: bool = False, exercises=None, work=None, log=print) ->
     if dst.is_dir():
         raise WorksheetError(f"{dst} is a folder, not your copy of the worksheet: move or rename it (nothing was "
                              "copied)")
+    error, _ = renamed.on_start(src.name, work, _root(), have_copy=dst.exists(), fresh=fresh)
+    if error:  # this worksheet's copy under its old name: the learner renames it, or asks for --fresh
+        raise WorksheetError(error)
     if dst.exists() and not fresh:
         log(f"{dst} already exists: it is your copy, kept as it is (`--fresh` starts over, backing it up)")
     else:
@@ -135,6 +139,8 @@ def start(name, *, fresh: bool = False, exercises=None, work=None, log=print) ->
         work.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
         log(f"copied {src} to {dst}")
+    for note in renamed.on_start(src.name, work, _root(), have_copy=True, fresh=fresh)[1]:  # after the copy
+        log(f"note: {note}")
     rel = os.path.relpath(dst, _root()) if dst.resolve().is_relative_to(_root()) else str(dst)
     log(f"open it in JupyterLab (`make lab` shows the whole repository) at {rel}, or start the lab on it:\n"
         f"  make lab LAB_FIRST={rel}\n"
@@ -142,19 +148,25 @@ def start(name, *, fresh: bool = False, exercises=None, work=None, log=print) ->
     return dst
 
 
-def _gradable(target) -> Path:
-    """A path as given, or for a worksheet name (ws1) the learner's copy in work/."""
+def _gradable(target, log=print) -> Path:
+    """A path as given, or for a worksheet name (ws1) the learner's copy in work/, found by its full file name; a
+    copy under a worksheet's old name (fp8lab.course.renamed) is named in a note or the error, never graded as
+    another worksheet."""
     p = Path(target)
     if p.is_dir():
         raise WorksheetError(f"{p} is a folder: grade a worksheet by its name (ws1) or a notebook's path")
     if p.suffix == ".ipynb" or p.exists():
+        if p.name in renamed.RENAMED:  # graded by its own check calls, rightly; say what it is called now
+            log(f"note: {renamed.advice(p.name, p.parent, _root())}")
         return p
     copy = _root() / WORK / resolve(target).name
     if copy.is_dir():
         raise WorksheetError(f"{copy} is a folder, not your copy of the worksheet: move or rename it")
     if not copy.exists():
-        raise WorksheetError(f"{copy} does not exist: start the worksheet first with `fp8lab worksheets start "
-                             f"{target}` (or grade a notebook by its path)")
+        raise WorksheetError(renamed.on_grade_missing(copy, _root()) or f"{copy} does not exist: start the worksheet "
+                             f"first with `fp8lab worksheets start {target}` (or grade a notebook by its path)")
+    for note in sum(renamed.notes_for(copy.name, copy.parent, _root()), []):
+        log(f"note: {note}")
     return copy
 
 

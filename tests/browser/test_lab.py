@@ -3,7 +3,7 @@
 The server is started by `make lab` itself (so this tests the learner's command, default page included), in a
 temporary copy of the repository (so running cells never touches the real files), with the Makefile's .venv
 linked in. A browser opens the default page (lecture 00), runs all cells from the Run menu, saves, and the test
-asks both the page and the saved .ipynb for errors; then a learner's finished copy of worksheet 1 in work/ runs
+asks both the page and the saved .ipynb for errors; then a learner's finished copy of worksheet 2 in work/ runs
 the same way and every check cell must print its "passed:" line.
 
 Needs Chromium from the operating system (`apt-get install chromium` on Debian/Ubuntu; or FP8LAB_CHROMIUM=PATH)
@@ -36,8 +36,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 LECTURE = "notebooks/00_start_here.ipynb"  # the Makefile's LAB_FIRST: the page `make lab` opens
-WORKSHEET = "ws1"
-WS_FILE = "ws1_fp8_encode_decode.ipynb"
+WORKSHEET = "ws2"
+WS_FILE = "ws2_fp8_encode_decode.ipynb"
 
 INSTALL_TIMEOUT_S = 900  # `make .venv/.installed-lab` on a fresh clone (jupyterlab from PyPI)
 SERVER_TIMEOUT_S = 180
@@ -416,7 +416,7 @@ def test_lecture_00_runs_without_errors(lab, page):
 
 
 def start_worksheet(lab: Lab) -> Path:
-    """`fp8lab worksheets start ws1` in the copy (the learner's command): exercises/ws1_... -> work/ws1_...."""
+    """`fp8lab worksheets start ws2` in the copy (the learner's command): exercises/ws2_... -> work/ws2_...."""
     work = lab.tree / "work" / WS_FILE
     r = subprocess.run([str(lab.tree / ".venv" / "bin" / "fp8lab"), "worksheets", "start", WORKSHEET],
                        cwd=lab.tree, env=lab.env(), capture_output=True, text=True, timeout=120)
@@ -453,7 +453,7 @@ def finish_like_a_learner(work: Path, solution: Path) -> list[str]:
 
 
 def test_finished_worksheet_passes_its_checks(lab, page):
-    """A learner's finished copy of worksheet 1 (work/, as `fp8lab worksheets start` makes it) runs in the lab
+    """A learner's finished copy of worksheet 2 (work/, as `fp8lab worksheets start` makes it) runs in the lab
     without errors, and every check cell prints its "passed: <check>:" line."""
     t0 = time.monotonic()
     work = start_worksheet(lab)

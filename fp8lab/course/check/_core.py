@@ -88,9 +88,9 @@ def after_failure(question: str) -> str:
 
 
 def hint(worksheet, question) -> None:
-    """Print the second hint, the one that gives the answer away, of `question` of `worksheet`: check.hint("ws5", 2)
-    for ws5's question 2 (numbered in the order the worksheet calls its checks, as `fp8lab grade` lists them), or
-    check.hint("ws5", "cvt_e4m3x2_intrinsic") by the check's name. ValueError/TypeError naming the bad argument."""
+    """Print the second hint, the one that gives the answer away, of `question` of `worksheet`: check.hint("ws8", 2)
+    for ws8's question 2 (numbered in the order the worksheet calls its checks, as `fp8lab grade` lists them), or
+    check.hint("ws8", "cvt_e4m3x2_intrinsic") by the check's name. ValueError/TypeError naming the bad argument."""
     print(hints.describe(*hints.lookup(hints.load(), worksheet, question)))
 
 

@@ -1,427 +1,501 @@
-"""ws10: the training recipe: the bytes a parameter keeps between steps, the precision each op of the language model
-runs in, and the outlier magnitude at which per-tensor scaling breaks, each checked against what the NumPy engine
-(fp8lab.training.engine_reference) and fl.train do (DeepSeek-V3 technical report, arXiv 2412.19437, sections 3.3.1
-and 3.3.3).
-
-The references are measured, not tabulated: state_bytes(recipe) reads the dtypes of fp8lab's arrays,
-precisions(rng, recipe) runs each op of the NumPy engine against float64, sweep(logs, ...) measures lecture 09 (f)'s
-GEMM error over the outlier magnitude."""
+"""ws10: the FP8 Linear's weight gradient the DeepSeek-V3 way: the cached 1x128 tiles of x re-quantized as 128x1
+tiles (checked bit for bit against fp8lab.numerics.spec.requantize_tile_to_col), Wgrad from them (against the NumPy
+engine's fp8lab.training.engine_reference.Linear("fp8-deepseek").backward), what the second rounding costs (arXiv
+2412.19437, sections 3.3 and 3.5.2) and how many values it changes with amax / 448 and with power-of-two scales
+(section 3.3.3)."""
 
 from __future__ import annotations
 
-import functools
+import ast
+import inspect
 import math
-import numbers
+import textwrap
 
 import numpy as np
 
-from ...numerics import formats, ops, recipes
+from ...numerics import formats, spec
 from ...training import engine_reference as numpy_engine
-from ...training import model as lm
-from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder, call_answer
+from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder, tie_traps
 
-__all__ = ["memory_per_parameter", "which_precision", "per_tensor_breaks_at", "OPS", "PRECISIONS", "state_bytes",
-           "precisions", "sweep"]
+__all__ = ["requantize_tile_to_col", "fp8_wgrad", "wgrad_errors", "retile_changes"]
 
-OPS = ("embedding", "RMSNorm", "W1 Fprop", "W1 Dgrad", "W1 Wgrad", "SwiGLU", "W2 Fprop", "W2 Dgrad", "W2 Wgrad",
-       "output head", "softmax", "weight gradients", "AdamW moments", "master weights")
-"""The ops of one training step of fp8lab.training.model's model that which_precision is asked about."""
-PRECISIONS = ("fp8", "bf16", "fp32")
+G = spec.GROUP_K  # 128: tokens per column tile, channels per row tile
 F32 = np.float32
+E4M3_ONE = 0x38  # the E4M3 code of 1.0 (0xB8: -1.0)
+RTOL_ERRORS = 1e-3  # Q3: the learner's norms may be float32; a float32 reference moves them by ~1e-5
+SHARE_TOL = 1e-9  # Q4: shares of elements; two right answers differ by float rounding at most
 
 
-def _attempted(q, fn):
-    if still_a_placeholder(fn):
-        raise NotAttempted(not_attempted_message(q, fn))
+def _call(q, fn, args, what, hint):
+    """fn(*args), a learner's exception turned into a failure naming the call."""
+    try:
+        return fn(*args)
+    except NotImplementedError as e:
+        if still_a_placeholder(fn):
+            raise
+        raise NotAttempted(f"not attempted yet: {what} raised NotImplementedError ({e}): it calls an answer not "
+                           "written yet (question 1's requantize_tile_to_col?)") from None
+    except Exception as e:
+        fail(q, [f"{what} raised {type(e).__name__}: {e}"[:600]], hint)
 
 
-# ------------------------------------------------------------------------------- what fp8lab keeps, measured
+def _calls_attribute(fn, name) -> bool:
+    """True if fn's source calls `<something>.name(...)` (the library's answer under its own name)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == name
+               for n in ast.walk(tree))
 
 
-def _tiny_step(rng, recipe="fp8-deepseek"):
-    """A small model (width 150, not a multiple of 128), one batch: (cfg, params, ids, targets, loss, grads)."""
-    cfg = lm.Config(vocab=7, context=3, embed=50, hidden=70, blocks=1)
-    p = lm.init_params(cfg, int(rng.integers(0, 2**31)))
-    ids = rng.integers(0, cfg.vocab, (37, cfg.context))
-    tgt = rng.integers(0, cfg.vocab, 37)
-    loss, g = numpy_engine.Model(cfg, recipe).loss(p, ids, tgt)
-    return cfg, p, ids, tgt, loss, g
+def _same_bits(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-def _default_moments(recipe: str) -> str:
-    """The format fl.train gives AdamW's moments in `recipe` when not told: the recipe's own."""
-    return recipes.get(recipe).moments
+def _deq_tiles(codes, scales):
+    return spec.dequantize(codes, scales, 1, G)
 
 
-@functools.lru_cache(maxsize=None)
-def state_bytes(recipe: str) -> dict:
-    """{"master weight", "gradient", "moments": bytes per parameter} that fp8lab keeps from one step to the next in
-    `recipe`, read from the dtypes of its arrays: lm.init_params' master weights, the NumPy engine's Model.loss's
-    gradients, and the
-    two moments of the kernel engine's AdamW (kernels.optim.AdamW) in the format fl.train picks for the recipe."""
-    from ...kernels import optim
-
-    _, p, _, _, _, g = _tiny_step(np.random.default_rng(0), recipe)
-    opt = optim.AdamW(8, moments=_default_moments(recipe))
-    return {"master weight": max(a.dtype.itemsize for a in p.values()),
-            "gradient": max(a.dtype.itemsize for a in g.values()),
-            "moments": opt.m.dtype.itemsize + opt.v.dtype.itemsize}
+# ---------------------------------------------------------------------------- Q1: 1x128 tiles -> 128x1 tiles
 
 
-def _rounding(got, exact) -> str:
-    """The precision whose rounding explains got's normwise error against the float64 `exact`: float32 leaves about
-    1e-7, bfloat16 inputs (8 significant bits) about 1e-3, E4M3 (4 bits) a few percent; 2^-16 and 2^-7 split them."""
-    rel = float(np.linalg.norm(np.asarray(got, np.float64) - exact) / np.linalg.norm(exact))
-    return "fp32" if rel < 2.0**-16 else "bf16" if rel < 2.0**-7 else "fp8"
+def _activations(rng, M, K, outliers=2):
+    """float32 (M, K): tokens of different magnitudes, a few outlier channels, some -0.0."""
+    x = rng.standard_normal((M, K)) * np.exp2(rng.uniform(-4, 4, (M, 1)))
+    if outliers:
+        x[:, rng.choice(K, min(outliers, K), replace=False)] *= rng.uniform(20, 60)
+    x = x.astype(F32)
+    x[rng.random((M, K)) < 0.01] = -0.0
+    return x
 
 
-def _stored(arrays) -> str:
-    """The precision the values of `arrays` are stored in: uint16 bfloat16 bits, or float32 arrays that hold only
-    bfloat16 values (numpy_engine.AdamW's rounded moments), or genuine float32."""
-    arrays = list(arrays)
-    if all(a.dtype == np.uint16 for a in arrays):
-        return "bf16"
-    if all(np.array_equal(formats.round_bf16(a), a) for a in arrays):
-        return "bf16"
-    return "fp32"
+def _trap_case(rng):
+    """(codes, scales) of x (150, 40) where some values of one column group sit on E4M3 rounding ties after the
+    re-scaling, so that encode(v * inv) and encode(v / scale) differ: 1.0 codes whose tile scale is the value."""
+    M, K = 150, 40
+    codes, scales, _ = spec.quantize(_activations(rng, M, K, outliers=0), "tile")
+    k = int(rng.integers(K))
+    for _ in range(100):  # for ~1 amax in 10 no tie separates the two roundings: nudge the amax's tile scale
+        col = np.abs(_deq_tiles(codes, scales)[:G, k])
+        top = int(np.argmax(col))
+        traps = tie_traps(F32(col[top]), rng, 8)
+        if len(traps) >= 4:
+            break
+        scales[top, 0] *= F32(rng.uniform(1.01, 1.1))
+    rows = [r for r in rng.permutation(G) if r != top][: len(traps)]
+    for r, t in zip(rows, traps):
+        codes[r, k] = E4M3_ONE | (0x80 if t < 0 else 0)
+        scales[r, 0] = abs(t)  # the row's other values change too: harmless, they stay valid codes x scales
+    return (f"codes (150, 40) with values placed on E4M3 rounding ties in channel {k} after the re-scaling",
+            codes, scales)
 
 
-def precisions(rng=None, recipe: str = "fp8-deepseek") -> dict:
-    """{op: "fp8" | "bf16" | "fp32"} for every op of OPS, measured on fp8lab.training.model's model in `recipe`: each
-    GEMM's
-    and each float op's error against float64 on random inputs, and the stored values of the master weights, the
-    gradients and AdamW's moments (in the format fl.train picks for the recipe) after one step."""
-    rng = np.random.default_rng() if rng is None else rng
-    f64 = np.float64
-    cfg, p, ids, tgt, _, g = _tiny_step(rng, recipe)
-    model = numpy_engine.Model(cfg, recipe)
-    out = {}
-    for name, lin in (("W1", model.lin1[0]), ("W2", model.lin2[0])):
-        N, K = p[f"{name.lower()}_0"].shape
-        x = rng.standard_normal((37, K)).astype(F32)
-        w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(F32)
-        dy = rng.standard_normal((37, N)).astype(F32)
-        y = lin.forward(x, w)
-        dx, dw = lin.backward(dy)
-        out[f"{name} Fprop"] = _rounding(y, x.astype(f64) @ w.T.astype(f64))
-        out[f"{name} Dgrad"] = _rounding(dx, dy.astype(f64) @ w.astype(f64))
-        out[f"{name} Wgrad"] = _rounding(dw, dy.T.astype(f64) @ x.astype(f64))
-    x = rng.standard_normal((37, cfg.width)).astype(F32) * F32(3)
-    gain = rng.uniform(0.5, 1.5, cfg.width).astype(F32)
-    z, _ = ops.rmsnorm(x, gain)
-    x64 = x.astype(f64)
-    out["RMSNorm"] = _rounding(z, x64 / np.sqrt((x64 * x64).mean(axis=1, keepdims=True) + ops.EPS) * gain)
-    u = rng.standard_normal((37, 2 * cfg.hidden)).astype(F32) * F32(2)
-    a, b = u[:, :cfg.hidden].astype(f64), u[:, cfg.hidden:].astype(f64)
-    out["SwiGLU"] = _rounding(ops.swiglu(u), a / (1 + np.exp(-a)) * b)
-    logits = rng.standard_normal((37, cfg.vocab)).astype(F32) * F32(4)
-    t = rng.integers(0, cfg.vocab, 37)
-    e = np.exp(logits.astype(f64) - logits.max(axis=1, keepdims=True))
-    want = e / e.sum(axis=1, keepdims=True)
-    want[np.arange(37), t] -= 1
-    out["softmax"] = _rounding(ops.cross_entropy(logits, t)[1], want / 37)
-    _, _, zf, _, head_logits = model._forward(p, ids)
-    out["output head"] = _rounding(head_logits, zf.astype(f64) @ p["head"].T.astype(f64))
-    out["weight gradients"] = _stored(g.values())
-    opt = numpy_engine.AdamW(p, 1e-3, moments=_default_moments(recipe))
-    opt.step(p, g)
-    out["AdamW moments"] = _stored([*opt.m.values(), *opt.v.values()])
-    out["master weights"] = _stored(p.values())
-    out["embedding"] = _stored([p["emb"]])  # a lookup: the table's precision is the op's
-    return {op: out[op] for op in OPS}
-
-
-# ------------------------------------------------------------------------------- Q1: bytes per parameter
-
-
-def _memory_variants(recipe, parts):
-    """(total, why) of the usual miscounts for `recipe`, the likeliest first; several can give the same total."""
-    M, G, mom = parts["master weight"], parts["gradient"], parts["moments"]
-    one = mom // 2
-    right = M + G + mom
+def _requant_cases(rng):
     out = []
-    if one == 4:
-        out.append((M + G + 4, "only fp8-deepseek (and its pow2 variant) stores AdamW's moments in BF16 (the table of "
-                               f"lecture 09 (c)); {recipe} keeps them in FP32, 4 bytes each"))
-    if one == 2:
-        out.append((M + G + 8, "fp8-deepseek stores AdamW's two moments in BF16, 2 bytes each, as DeepSeek-V3 does "
-                               "(section 3.3.3): that is the saving of (g)"))
-    out += [
-        (M + G + one, "AdamW keeps two moments per parameter, m (the running mean of the gradients) and v (of their "
-                      "squares): count both"),
-        (M + mom, "the gradient is kept too, from the backward pass to the optimizer step (in FP32: DeepSeek-V3 "
-                  "accumulates gradients over micro-batches in FP32, section 3.3.3)"),
-    ]
-    precision = recipes.get(recipe).gemm_precision
-    if precision == "fp8":
-        out.append((right + 1, "the FP8 copy of a weight is not kept between steps: the NumPy engine's Linear.forward "
-                               "quantizes the FP32 master weight at every forward (spec.quantize(w, 'block')) and the "
-                               "copy lives only until the backward, like an activation; (g) counts 16 -> 12 bytes "
-                               "without it"))
-    if precision == "bf16":
-        out.append((right + 2, "the BF16 copy of a weight is made from the FP32 master at every forward and lives only "
-                               "until the backward, like an activation: (g) does not count it"))
-    out += [
-        (right + 4, "the EMA of the weights lives in CPU memory (DeepSeek-V3 section 3.2.3; fl.train keeps it on the "
-                    "CPU as well): (g) counts what the GPU keeps, master weight, gradient and the two moments"),
-        (right * 8, "that is bits: the answer is in bytes (FP32 is 4 bytes, BF16 2)"),
-    ]
-    for low in (2, 1):  # master weight and gradient in BF16 or FP8
-        if precision != "fp32":
-            out.append((2 * low + mom, f"the {recipe} recipe lowers only the GEMMs' inputs: master weights and "
-                                       "gradients stay FP32 in every recipe, and each step quantizes the GEMM inputs "
-                                       "afresh from the FP32 master"))
+    M, K = 300, 200  # two full token groups and one of 44; one full channel tile and one of 72
+    x = _activations(rng, M, K)
+    k0 = int(rng.integers(K))
+    x[:G, k0] = 0.0  # channel k0 is zero in token group 0: the AMAX_FLOOR case of the new tiles
+    x[:G:3, k0] = -0.0
+    c, s, _ = spec.quantize(x, "tile")
+    out.append((f"x ({M}, {K}) quantized in 1x128 tiles (ragged: a last token group of {M - 2 * G}, a last "
+                f"channel tile of {K - G}); channel {k0} is zero in tokens 0..127", c, s))
+    c, s, _ = spec.quantize(_activations(rng, 70, 130), "tile")
+    out.append(("x (70, 130): fewer than 128 tokens, a channel tile of 2", c, s))
+    out.append(_trap_case(rng))
+    M = int(rng.integers(129, 400))
+    K = int(rng.integers(1, 260))
+    K += K == M
+    c, s, _ = spec.quantize(_activations(rng, M, K), "tile")
+    out.append((f"random x ({M}, {K})", c, s))
     return out
 
 
-@question
-def memory_per_parameter(fn, rng=None):
-    """Check `fn(recipe) -> bytes` (a number) for the four recipes: the bytes each parameter keeps on the GPU from
-    one step to the next (master weight + gradient + AdamW's two moments, as lecture 09 (g) counts), against
-    state_bytes(recipe), read from fp8lab's own arrays."""
-    q = "memory_per_parameter"
-    _attempted(q, fn)
-    order = ["fp8-deepseek", "fp32", "bf16", "fp8-tensor"]  # fp8-deepseek first: its miscounts are all distinct
-    rows = []
-    for recipe in order:
-        got = call_answer(q, fn, (recipe,), "return the bytes per parameter as a number, e.g. 4 + 4 + ...")
-        if isinstance(got, (bool, np.bool_)) or not isinstance(got, numbers.Real) or not math.isfinite(got):
-            fail(q, [f"memory_per_parameter({recipe!r}) returned {got!r}: expected a number of bytes"],
-                 "return an int such as 4 + 4 + 2 * 4 (master weight, gradient, two moments)")
-        parts = state_bytes(recipe)
-        want = sum(parts.values())
-        if got != want:
-            why = [h for v, h in _memory_variants(recipe, parts) if v == got]
-            hint = " Or: ".join(why) if why else (
-                "count per parameter the master weight (FP32), its gradient (FP32) and AdamW's two moments (BF16 in "
-                "the fp8-deepseek recipes, FP32 in the others)")
-            fail(q, [f"memory_per_parameter({recipe!r}) = {got!r} bytes, expected {want} "
-                     f"({' + '.join(f'{k} {v}' for k, v in parts.items())})"], hint)
-        rows.append(f"{recipe} {want}")
-    return ", ".join(rows) + " bytes per parameter, as fp8lab's arrays hold them"
+def _requant_variants(codes, scales):
+    """(hint, (codes_t, scales_t)) of known mistakes, tried in order when an answer is wrong."""
+    M, K = codes.shape
+    dec = formats.decode(codes)
+    old = spec.expand(scales, 1, G, codes.shape)
+
+    def tiles_of(v_t, divide=False):
+        amax = np.maximum(spec.group_amax(v_t, 1, G), spec.AMAX_FLOOR)
+        scale = (amax / spec.FP8_MAX["e4m3"]).astype(F32)
+        if divide:
+            with np.errstate(over="ignore"):
+                return formats.encode((v_t / spec.expand(scale, 1, G, v_t.shape)).astype(F32)), scale
+        c, s, _ = spec.quantize(v_t, "tile")
+        return c, s
+
+    v_t = np.ascontiguousarray((dec * old).astype(F32).T)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        by_div = np.ascontiguousarray((dec / old).astype(F32).T)
+    return [
+        ("decode(code) is only the code's value: multiply it by its tile's old scale, scales[m, k // 128], before "
+         "taking the new amax (the 128 tokens of a column group come from 128 different row tiles, each with its "
+         "own scale)", tiles_of(np.ascontiguousarray(dec.T))),
+        ("scale is the DEQUANTIZATION factor: the value is decode(code) * scale, not decode(code) / scale",
+         tiles_of(by_div)),
+        ("compute the new codes as encode(v * inv) with inv = 448 / amax (float32), as fp8lab.numerics.spec does, not "
+         "encode(v / scale): the two float32 roundings differ next to E4M3 rounding ties", tiles_of(v_t, True)),
+    ]
 
 
-# ------------------------------------------------------------------------------- Q2: which precision
+def _requant_shape_hint(M, K, gc, gs):
+    n_col = -(-M // G)
+    if gc.shape == (M, K) and gs.shape == (M, -(-K // G)):
+        return ("these are 1x128 tiles along the channels again, x's own layout: Wgrad reduces over the tokens, so "
+                "each scale must cover 128 tokens of one channel: group the columns of x, i.e. the rows of x^T")
+    if gc.shape == (M, K) and gs.shape == (n_col, K):
+        return ("this is x's layout, (M, K) with scales (ceil(M/128), K): return the same tiles as tiles of x^T, "
+                "codes (K, M) and scales (K, ceil(M/128)), K-major as the Wgrad GEMM reads them (and as "
+                "fp8lab.numerics.spec.requantize_tile_to_col returns them): transpose both")
+    if gc.shape == (K, M) and M % G and gs.shape == (K, M // G):
+        return (f"M = {M} tokens is not a multiple of 128: the last column group holds the {M % G} tokens left "
+                f"and has its own scale, so there are ceil(M/128) = {n_col} groups, not M // 128")
+    return (f"return (codes_t, scales_t): uint8 codes (K, M) = ({K}, {M}), float32 scales (K, ceil(M/128)) = "
+            f"({K}, {n_col})")
 
 
-def _precision_hint(op, got, want):
-    gemm = op.split()[-1] in ("Fprop", "Dgrad", "Wgrad")
-    if gemm:
-        which = {"Fprop": "Fprop (y = x W^T: x in 1x128 tiles, W in 128x128 blocks)",
-                 "Dgrad": "Dgrad (dx = dy W: dy in 1x128 tiles against W's FP8 blocks)",
-                 "Wgrad": "Wgrad (dW = dy^T x: dy^T in 1x128 tiles and the FP8 x cached by Fprop, re-tiled 128x1; "
-                          "only its output, the gradient, is FP32)"}[op.split()[-1]]
-        return (f"DeepSeek-V3 runs all three GEMMs of a Linear in FP8 E4M3 (section 3.3.1, Figure 6; every Linear but "
-                f"the output head), and so does the NumPy engine's Linear('fp8-deepseek') for W1 and W2 alike: {which}")
-    if op == "output head" and got == "fp8":
-        return ("only the block Linears W1 and W2 go to FP8: DeepSeek-V3 keeps the output head (and the embedding) in "
-                "BF16/FP32 (section 3.3.1), and fp8lab's Model computes logits = RMSNorm(x) head^T in FP32 in every "
-                "recipe")
-    if op in ("embedding", "output head", "RMSNorm", "softmax", "SwiGLU") and got == "bf16":
-        return (f"DeepSeek-V3 allows BF16 or FP32 for the {op}; fp8lab keeps it in FP32 (lecture 09 (b): 'here the "
-                "embedding, head, norms, SwiGLU and softmax stay in FP32'), and the question asks what fp8lab does")
-    if op == "embedding":
-        return "the embedding is a lookup, not a GEMM; its table stays FP32 (DeepSeek-V3: BF16/FP32, section 3.3.1)"
-    if op in ("RMSNorm", "softmax", "SwiGLU"):
-        fn = {"RMSNorm": "rmsnorm", "softmax": "cross_entropy", "SwiGLU": "swiglu"}[op]
-        return (f"the {op} computes in FP32 (fp8lab.numerics.ops.{fn} "
-                "works in float32): in fp8-deepseek its output is then quantized to FP8 as the next GEMM's input "
-                "(on the kernels, fused into the same kernel), but that quantization belongs to the GEMM; DeepSeek-V3 "
-                "keeps normalization in high precision")
-    if op == "AdamW moments":
-        return ("DeepSeek-V3 stores AdamW's first and second moments in BF16 (section 3.3.3), and fl.train gives "
-                "fp8-deepseek moments='bf16' by default: half the bytes of FP32, precise enough for an average"
-                if want == "bf16" else f"fl.train keeps this recipe's moments in {want}")
-    if op == "master weights":
-        return ("master weights stay FP32 (DeepSeek-V3 section 3.3.3): an update lr m/sqrt(v) is often smaller than "
-                "half of BF16's spacing near the weight (2^-8 of it), and a BF16 weight would round it away")
-    if op == "weight gradients":
-        return ("the Wgrad GEMM's inputs are FP8, but it accumulates and stores its output, the gradient, in FP32 "
-                "(DeepSeek-V3 section 3.3.3: gradients kept in FP32 for accumulation across micro-batches)")
-    return f"fp8lab's fp8-deepseek recipe runs the {op} in {want}"
-
-
-@question
-def which_precision(fn, rng=None):
-    """Check `fn(op) -> "fp8" | "bf16" | "fp32"` for every op of OPS (asked in a random order) against
-    precisions(): what fp8lab.training.model's model does in the fp8-deepseek recipe, measured."""
-    q = "which_precision"
-    _attempted(q, fn)
-    rng = np.random.default_rng() if rng is None else rng
-    want = precisions(rng)
-    for i in rng.permutation(len(OPS)):
-        op = OPS[i]
-        got = call_answer(q, fn, (op,), "return 'fp8', 'bf16' or 'fp32' for each op name listed above")
-        g = got.strip().lower() if isinstance(got, str) else got
-        if g not in PRECISIONS:
-            fail(q, [f"which_precision({op!r}) returned {got!r}: expected one of {', '.join(map(repr, PRECISIONS))}"],
-                 "return the string 'fp8', 'bf16' or 'fp32' (float32 is 'fp32', E4M3 is 'fp8')")
-        if g != want[op]:
-            fail(q, [f"which_precision({op!r}) = {got!r}, expected {want[op]!r} (what fp8-deepseek does in fp8lab)"],
-                 _precision_hint(op, g, want[op]))
-    n8 = sum(v == "fp8" for v in want.values())
-    return (f"{len(OPS)} ops of a training step: {n8} in FP8 (the three GEMMs of W1 and W2), AdamW's moments in BF16, "
-            "everything else FP32, as measured on fp8lab.training.model")
-
-
-# ------------------------------------------------------------------------------- Q3: where per-tensor breaks
-
-TENSOR_FACTOR = 2.0   # per-tensor "breaks": its error exceeds this times its error at s = 1
-DEEPSEEK_FACTOR = 1.5  # while DeepSeek's stays within this times its own at s = 1
-
-
-def sweep(logs, rng=None, M=16, N=40, K=512) -> dict:
-    """{log2 s: {"fp8-tensor": error, "fp8-deepseek": error}}: the normwise error of the NumPy engine's
-    Linear(recipe).forward on z * d, w / d against float64 z w^T, with d = lm.outlier_scales(...) (s on
-    lm.OUTLIER_CHANNELS channels of the K inputs), as lecture 09 (f) measures it; z (M, K) normal, w (N, K) normal /
-    sqrt(K)."""
-    rng = np.random.default_rng() if rng is None else rng
-    z = rng.standard_normal((M, K)).astype(F32)
-    w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(F32)
-    exact = z.astype(np.float64) @ w.T.astype(np.float64)
-    out = {}
-    for e in logs:
-        d = lm.outlier_scales(lm.Config(65, 1, K, 8, 1, outliers=2.0**int(e)))
-        d = np.ones(K, F32) if d is None else d
-        out[int(e)] = {r: float(np.linalg.norm(numpy_engine.Linear(r).forward(z * d, w / d) - exact)
-                                / np.linalg.norm(exact))
-                       for r in ("fp8-tensor", "fp8-deepseek")}
-    return out
-
-
-def _breaks(E, *, gt=True, le=True, need_ds=True, ft=TENSOR_FACTOR, fd=DEEPSEEK_FACTOR, order=sorted,
-            base=None, stop=False, prev=False):
-    """The rule with its knobs; the defaults are the question's, the others are known mistakes."""
-    keys = list(order(E))
-    t0 = E[0]["fp8-tensor"] if base is None else base(E, "fp8-tensor")
-    d0 = E[0]["fp8-deepseek"] if base is None else base(E, "fp8-deepseek")
-    last = None
-    for e in keys:
-        t, d = E[e]["fp8-tensor"], E[e]["fp8-deepseek"]
-        if prev and last is not None:
-            t0, d0 = E[last]["fp8-tensor"], E[last]["fp8-deepseek"]
-        last = e
-        if e == 0 and not prev:
-            continue
-        broke = t > ft * t0 if gt else t >= ft * t0
-        held = (d <= fd * d0 if le else d < fd * d0) or not need_ds
-        if broke and held:
-            return e
-        if broke and stop:
-            return None
+def _where_wrong(mask, M, K):
+    """A hint when every mismatch (in x^T's (K, M) layout) lies in a ragged last group or tile."""
+    ks, ms = np.nonzero(mask)
+    if M % G and (ms >= M - M % G).all():
+        return (f"only the last column group is wrong: it holds the last M % 128 = {M % G} tokens; its amax is over "
+                "those tokens only (pad with zeros, or slice), and it gets its own scale")
+    if K % G and (ks >= K - K % G).all():
+        return (f"only channels {K - K % G}.. are wrong: they lie in the last 1x128 tile of each row of x, "
+                f"{K % G} channels wide, whose old scale is scales[:, -1]; expand the old scales with "
+                "np.repeat(scales, 128, axis=1)[:, :K]")
     return None
 
 
-def _breaks_variants(E):
-    lowest = lambda E, r: min(v[r] for v in E.values())  # noqa: E731
-    return [
-        (_breaks(E, need_ds=False), "per-tensor breaking is not enough: DeepSeek's error at that s must also stay "
-                                    f"within {DEEPSEEK_FACTOR:g}x its own error at s = 1"),
-        (_breaks(E, gt=False), f"'exceeds {TENSOR_FACTOR:g}x' is strictly more: an error of exactly "
-                               f"{TENSOR_FACTOR:g}x its s = 1 value has not broken yet (use >)"),
-        (_breaks(E, le=False), f"'stays within {DEEPSEEK_FACTOR:g}x' includes exactly {DEEPSEEK_FACTOR:g}x "
-                               "(use <=)"),
-        (_breaks(E, ft=DEEPSEEK_FACTOR, fd=TENSOR_FACTOR), f"the factors are swapped: per-tensor must exceed "
-                                                            f"{TENSOR_FACTOR:g}x, DeepSeek stay within "
-                                                            f"{DEEPSEEK_FACTOR:g}x"),
-        (_breaks(E, stop=True), "keep looking after a magnitude where per-tensor broke but DeepSeek did not hold: "
-                                "a larger s may satisfy both"),
-        (_breaks(E, order=list), "the dict's keys are not in increasing order: go through sorted(errors_by_log2) "
-                                 "to find the smallest"),
-        (_breaks(E, order=lambda E: sorted(E, reverse=True)), "the smallest log2(s), not the largest"),
-        (_breaks(E, prev=True), "compare every error with the same recipe's error at s = 1 (key 0), not with the "
-                                "previous magnitude"),
-        (_breaks(E, base=lowest), "compare with the error at s = 1 (key 0), not with the lowest error of the sweep"),
-    ]
+@question
+def requantize_tile_to_col(fn, rng=None):
+    """Check `fn(codes, scales) -> (codes_t, scales_t)`: x's E4M3 codes (M, K) in 1x128 tiles with scales (M,
+    ceil(K/128)) re-quantized as 128x1 tiles, i.e. tiles of x^T: codes_t uint8 (K, M), scales_t float32 (K,
+    ceil(M/128)); bit-exact with fp8lab.numerics.spec.requantize_tile_to_col, on ragged shapes, an all-zero group and
+    values on rounding ties. The inputs must not be modified."""
+    q = "requantize_tile_to_col"
+    if still_a_placeholder(fn):
+        raise NotAttempted(not_attempted_message(q, fn))
+    if _calls_attribute(fn, "requantize_tile_to_col"):
+        fail(q, ["your function calls the library's requantize_tile_to_col, which is the answer"],
+             "write it from fl.decode, the old scales, a max over each group of 128 tokens and fl.encode")
+    rng = np.random.default_rng() if rng is None else rng
+    cases = _requant_cases(rng)
+    for what, codes, scales in cases:
+        M, K = codes.shape
+        want_c, want_s = spec.requantize_tile_to_col(codes, scales)
+        args = (codes.copy(), scales.copy())
+        got = _call(q, fn, args, f"{q}(codes {codes.shape}, scales {scales.shape})",
+                    f"{what}. A ragged shape breaks code that assumes multiples of 128: the last row tile has K % 128 "
+                    "channels (np.repeat(scales, 128, axis=1)[:, :K]), the last column group M % 128 tokens")
+        if not (_same_bits(args[0], codes) and _same_bits(args[1], scales)):
+            fail(q, [f"{what}: your function changed its input codes or scales"],
+                 "the cached FP8 x is read, not overwritten: work on copies (np.array(codes), ...)")
+        try:
+            gc, gs = got
+            gc, gs = np.asarray(gc), np.asarray(gs)
+        except (TypeError, ValueError):
+            fail(q, [f"{what}: returned {type(got).__name__}, expected a pair (codes_t, scales_t)"],
+                 "return codes_t, scales_t")
+        if gc.shape != want_c.shape or gs.shape != want_s.shape:
+            fail(q, [f"{what}: returned codes {gc.shape} and scales {gs.shape}, expected codes {want_c.shape} and "
+                     f"scales {want_s.shape}"], _requant_shape_hint(M, K, gc, gs))
+        if gc.dtype != np.uint8 or gs.dtype != np.float32:
+            fail(q, [f"{what}: returned codes of dtype {gc.dtype} and scales of dtype {gs.dtype}, expected uint8 "
+                     "and float32"], "fl.encode returns uint8 codes; keep the scale arithmetic in float32 "
+                     "(np.float32 amax / np.float32(448))")
+        variants = _requant_variants(codes, scales)
+        if np.array_equal(gc, codes.T) and not np.array_equal(want_c, codes.T):
+            fail(q, [f"{what}: your codes are the old codes, transposed"],
+                 "a code means decode(code) * its tile's scale; under a new scale per 128 tokens of a channel every "
+                 "value must be re-encoded, encode(value * 448 / new_amax): that second rounding is the point")
+        if np.isnan(gs).any() or not (gs > 0).all():
+            bad = np.argwhere(~(gs > 0))[0]
+            fail(q, [f"{what}: scales_t[{bad[0]}, {bad[1]}] is {gs[tuple(bad)]!r}"],
+                 "an all-zero group has amax 0: floor it at spec.AMAX_FLOOR (1e-12) before computing "
+                 "scale = amax / 448 and inv = 448 / amax, as lecture 04's quantizer does")
+        if not _same_bits(gs, want_s):
+            k, g = np.argwhere(gs.view(np.uint32) != want_s.view(np.uint32))[0]
+            hint = next((h for h, (vc, vs) in variants if _same_bits(gs, vs)), None) \
+                or _where_wrong(np.repeat(gs != want_s, G, axis=1)[:, :M], M, K) \
+                or ("scales_t[k, g] = max |x[m, k]| over tokens m in 128 g .. 128 g + 127 (the dequantized values: "
+                    "decode(codes) * old scale), divided by np.float32(448)")
+            fail(q, [f"{what}: scales_t[{k}, {g}] (channel {k}, tokens {G * g}..{min(G * g + G, M) - 1}) is "
+                     f"{gs[k, g]!r}, expected {want_s[k, g]!r}"], hint)
+        if not np.array_equal(gc, want_c):
+            mask = gc != want_c
+            k, m = np.argwhere(mask)[0]
+            hint = next((h for h, (vc, vs) in variants if np.array_equal(gc, vc)), None) or _where_wrong(mask, M, K) \
+                or "codes_t[k, m] = encode(x[m, k] * inv[k, m // 128]) with x = decode(codes) * old scale"
+            got_v, want_v = (float(formats.decode(np.uint8(c))) for c in (gc[k, m], want_c[k, m]))
+            fail(q, [f"{what}: {int(mask.sum())} of {mask.size} codes differ; first at codes_t[{k}, {m}] (x[{m}, "
+                     f"{k}]): 0x{gc[k, m]:02X} ({got_v:g}), expected 0x{want_c[k, m]:02X} ({want_v:g})"], hint)
+    return (f"{len(cases)} tensors (ragged token groups and channel tiles, an all-zero group, rounding ties): codes "
+            "and scales bit-exact with fp8lab.numerics.spec.requantize_tile_to_col")
 
 
-def _show(E, keys=()):
-    """The sweep as {log2 s: (per-tensor, DeepSeek)}; a long one only at key 0 and `keys`."""
-    shown = sorted(E) if len(E) <= 8 else sorted({0, *(k for k in keys if k in E)})
-    body = ", ".join(f"{e}: ({E[e]['fp8-tensor']:.4g}, {E[e]['fp8-deepseek']:.4g})" for e in shown)
-    if len(E) > 8:
-        return f"the sweep measured over log2(s) = {min(E)}..{max(E)}, (per-tensor, DeepSeek) errors at {{{body}, ...}}"
-    return "{" + body + "}"
+# ------------------------------------------------------------------------------------------------- Q2: Wgrad
 
 
-def _synthetic(rng):
-    """Small hand-made sweeps (dyadic values: the factors 2 and 1.5 are exact) that separate the rule's edges."""
-    t0 = 2.0**-5 * (1 + int(rng.integers(0, 8)) / 8)
-    d0 = 2.0**-5 * (1 + int(rng.integers(0, 8)) / 8)
-    cases = [
-        # exactly 2x has not broken; 3x with DeepSeek unchanged has
-        ([1, 2, 3], [1, 1, 1]),
-        # exactly 1.5x is within
-        ([1, 4, 8], [1, 1.5, 1.25]),
-        # the first per-tensor break has DeepSeek at 1.75x: keep looking
-        ([1, 1.125, 2.5, 4], [1, 1, 1.75, 1.25]),
-        # the s = 1 error is not the lowest
-        ([1, 0.75, 1.75, 2.5], [1, 1, 1, 1]),
-        # creeping up: never 2x the previous point, 2.25x the first
-        ([1, 1.5, 2.25, 3.375], [1, 1, 1, 1.25]),
-        # never breaks
-        ([1, 1.25, 1.5, 1.75], [1, 1.25, 1.5, 2]),
-    ]
+def _gradients(rng, M, N):
+    """float32 dy (M, N): gradient-sized values (~1e-5), columns of different magnitudes."""
+    return (rng.standard_normal((M, N)) * 1e-5 * np.exp2(rng.uniform(-3, 3, (1, N)))).astype(F32)
+
+
+def _wgrad_cases(rng):
+    shapes = [(300, 200, 70), (70, 130, 129)]
+    M = int(rng.integers(129, 400))
+    shapes.append((M, int(rng.integers(100, 300)), int(rng.integers(30, 150))))
     out = []
-    for ts, ds in cases:
-        logs = [0] + sorted(int(v) for v in rng.choice(np.arange(1, 21), len(ts) - 1, replace=False))
-        out.append({e: {"fp8-tensor": t0 * t, "fp8-deepseek": d0 * d} for e, t, d in zip(logs, ts, ds)})
-    # several qualify, the keys inserted largest first
-    logs = [0] + sorted(int(v) for v in rng.choice(np.arange(1, 21), 3, replace=False))
-    E = {e: {"fp8-tensor": t0 * t, "fp8-deepseek": d0 * d} for e, t, d in zip(logs, [1, 3, 5, 9], [1, 1.25, 1, 1])}
-    out.append(dict(reversed(list(E.items()))))
+    for M, K, N in shapes:
+        x = _activations(rng, M, K)
+        w = (rng.standard_normal((N, K)) / math.sqrt(K)).astype(F32)
+        out.append((M, K, N, x, w, _gradients(rng, M, N)))
     return out
 
 
+def _wgrad_variants(dy, xc, xs):
+    """(hint, dW) of known mistakes."""
+    dtc, dts, _ = spec.quantize(np.ascontiguousarray(dy.T), "tile")
+    xtc, xts = spec.requantize_tile_to_col(xc, xs)
+    a, b = _deq_tiles(dtc, dts), _deq_tiles(xtc, xts)
+    dc, ds, _ = spec.quantize(dy, "tile")
+    bc, bs, _ = spec.quantize(dy, "block")
+    return [
+        ("dy is quantized along the wrong axis: spec.quantize(dy, 'tile') groups 128 output channels of one token, "
+         "right for Dgrad (dx = dy W reduces over N); Wgrad reduces over the tokens, so quantize dy^T: "
+         "spec.quantize(np.ascontiguousarray(dy.T), 'tile')", _deq_tiles(dc, ds).T @ b.T),
+        ("x is dequantized from its 1x128 tiles (scales that vary along the tokens, the reduction): an FP8 GEMM "
+         "applies one scale per operand to each 128-long partial sum, so it cannot use them: re-tile x as 128x1 "
+         "(your requantize_tile_to_col) and dequantize that", a @ _deq_tiles(xc, xs)),
+        ("dy is quantized in 128x128 blocks: DeepSeek-V3 keeps gradients in fine 1x128 tiles (its appendix B.2: "
+         "block-wise quantization of activation gradients made a model diverge)",
+         spec.dequantize(bc, bs, G, G).T @ b.T),
+        ("dy is used in float32: in fp8-deepseek all three GEMMs run in E4M3, Wgrad too, so dy^T is quantized "
+         "in 1x128 tiles along the tokens", dy.T @ b.T),
+    ]
+
+
+def _close(got, want, bound):
+    return got.shape == want.shape and bool(np.all(np.abs(got.astype(np.float64) - want) <= bound))
+
+
 @question
-def per_tensor_breaks_at(fn, rng=None):
-    """Check `fn(errors_by_log2) -> smallest log2(s) or None` on sweeps measured with the NumPy engine's Linear (odd
-    shapes, fresh random inputs, all or some of log2(s) = 0..20, keys shuffled) and on small hand-made sweeps that
-    separate the rule's edges."""
-    q = "per_tensor_breaks_at"
-    _attempted(q, fn)
+def fp8_wgrad(fn, rng=None):
+    """Check `fn(dy, x_codes, x_scales) -> dW`: dy float32 (M, N), x's cached E4M3 codes (M, K) and 1x128 tile
+    scales (M, ceil(K/128)) -> dW (N, K) = dy^T x the fp8-deepseek way, equal to the NumPy engine's Linear("fp8-deepseek")
+    .backward's dW up to float32 rounding (|error| <= 2 M 2^-24 (|A| |B|^T) for the dequantized operands A, B)."""
+    q = "fp8_wgrad"
+    if still_a_placeholder(fn):
+        raise NotAttempted(not_attempted_message(q, fn))
     rng = np.random.default_rng() if rng is None else rng
-    full = list(range(21))
-    some = [0] + sorted(int(v) for v in rng.choice(np.arange(1, 21), 7, replace=False))
-    K = int(rng.choice([300, 384, 520, 640]))
-    cases = [sweep(full, rng, int(rng.integers(5, 20)), int(rng.integers(17, 60)), K)]
-    cases += _synthetic(rng)
-    cases += [sweep(some, rng, int(rng.integers(5, 20)), int(rng.integers(17, 60)), 512),
-              sweep([0, 4, 8, 12, 16, 20], rng, 9, 33, 512)]
-    seen = []
-    for E in cases:
-        keys = list(E)
-        if len(E) > 8:  # the measured sweeps: in a random order too
-            keys = [keys[i] for i in rng.permutation(len(keys))]
-        E = {e: dict(E[e]) for e in keys}
-        got = call_answer(q, fn, ({e: dict(v) for e, v in E.items()},),
-                    "errors_by_log2[e] is a dict {'fp8-tensor': error, 'fp8-deepseek': error}")
-        want = _breaks(E)
-        ok = (got is None and want is None) or (
-            got is not None and not isinstance(got, (bool, np.bool_)) and isinstance(got, numbers.Real)
-            and want is not None and got == want)
-        if ok:
-            seen.append(want)
+    cases = _wgrad_cases(rng)
+    exact = 0
+    for M, K, N, x, w, dy in cases:
+        lin = numpy_engine.Linear("fp8-deepseek")
+        lin.forward(x, w)
+        xc, xs = lin.cache[0], lin.cache[1]  # the FP8 x that Fprop kept
+        want = lin.backward(dy)[1]
+        what = f"dy ({M}, {N}), x_codes ({M}, {K}), x_scales {xs.shape}"
+        args = (dy.copy(), xc.copy(), xs.copy())
+        got = _call(q, fn, args, f"fp8_wgrad({what})",
+                    "dy^T: spec.quantize(np.ascontiguousarray(dy.T), 'tile'); x: requantize_tile_to_col(x_codes, "
+                    "x_scales); then dequantize both (spec.dequantize(codes, scales, 1, 128)) and multiply")
+        if not (_same_bits(args[0], dy) and _same_bits(args[1], xc) and _same_bits(args[2], xs)):
+            fail(q, [f"{what}: your function changed its inputs"], "work on copies; the cache is read-only")
+        try:
+            got = np.asarray(got, dtype=np.float64)
+        except (TypeError, ValueError):
+            fail(q, [f"{what}: returned {type(got).__name__}, expected an array dW ({N}, {K})"], "return dW")
+        if got.shape != (N, K):
+            hint = ("dW has W's shape (out, in) = (N, K): dy^T x, not x^T dy" if got.shape == (K, N)
+                    else "dW = dy^T x: (N, M) @ (M, K)")
+            fail(q, [f"{what}: returned dW of shape {got.shape}, expected ({N}, {K})"], hint)
+        if not np.isfinite(got).all():
+            fail(q, [f"{what}: dW holds {int((~np.isfinite(got)).sum())} NaN or Inf"],
+                 "NaN in dW means a NaN scale or code: check the AMAX_FLOOR of requantize_tile_to_col")
+        dtc, dts, _ = spec.quantize(np.ascontiguousarray(dy.T), "tile")
+        xtc, xts = spec.requantize_tile_to_col(xc, xs)
+        mag = np.abs(_deq_tiles(dtc, dts)).astype(np.float64) @ np.abs(_deq_tiles(xtc, xts)).astype(np.float64).T
+        bound = 2 * M * 2.0**-24 * mag + 1e-30  # float32 accumulation in any order, ours and yours
+        if not _close(got, want, bound):
+            hint = next((h for h, v in _wgrad_variants(dy, xc, xs) if _close(got, v, bound)),
+                        "dW = dequantize(dy^T in 1x128 tiles along the tokens) @ dequantize(x re-tiled 128x1)^T")
+            n, k = np.unravel_index(np.argmax(np.abs(got - want) / bound), got.shape)
+            rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+            fail(q, [f"{what}: dW[{n}, {k}] is {got[n, k]:.6g}, expected {want[n, k]:.6g} (beyond float32 rounding, "
+                     f"{bound[n, k]:.2g}); normwise difference {rel:.2%}"], hint)
+        exact += bool(np.array_equal(got, want))
+    return (f"{len(cases)} layers (ragged M, K, N): dW equal to the NumPy engine's Linear('fp8-deepseek').backward's "
+            f"({exact} bit for bit, {len(cases) - exact} within float32 rounding)")
+
+
+# ------------------------------------------------------------------------------ Q3: what the re-tiling costs
+
+
+def _wgrad_pair(x, dy):
+    """(dW64, dy^T's dequantized 1x128 tiles, x's 1x128 tiles (codes, scales))."""
+    exact = dy.astype(np.float64).T @ x.astype(np.float64)
+    dtc, dts, _ = spec.quantize(np.ascontiguousarray(dy.T), "tile")
+    xc, xs, _ = spec.quantize(x, "tile")
+    return exact, _deq_tiles(dtc, dts), xc, xs
+
+
+def _errors(x, dy):
+    """(normwise error of Wgrad from the re-tiled cache, from x^T quantized afresh as 128x1 tiles), against
+    float64."""
+    exact, a, xc, xs = _wgrad_pair(x, dy)
+    ftc, fts, _ = spec.quantize(np.ascontiguousarray(x.T), "tile")
+    d_req, d_fresh = a @ _deq_tiles(*spec.requantize_tile_to_col(xc, xs)).T, a @ _deq_tiles(ftc, fts).T
+    nrm = np.linalg.norm(exact)
+    return float(np.linalg.norm(d_req - exact) / nrm), float(np.linalg.norm(d_fresh - exact) / nrm)
+
+
+def _wrong_errors(x, dy):
+    """The numbers of known mistakes, by name."""
+    exact, a, xc, xs = _wgrad_pair(x, dy)
+    ftc, fts, _ = spec.quantize(np.ascontiguousarray(x.T), "tile")
+    ds = (a @ _deq_tiles(*spec.requantize_tile_to_col(xc, xs)).T - exact, a @ _deq_tiles(ftc, fts).T - exact)
+    err = lambda d: float(np.linalg.norm(d - exact) / np.linalg.norm(exact))  # noqa: E731
+    return {
+        "not_retiled": err(a @ _deq_tiles(xc, xs)),
+        "x_float": err(a @ x),
+        "abs": tuple(float(np.linalg.norm(d)) for d in ds),
+        "maxabs": tuple(float(np.abs(d).max() / np.abs(exact).max()) for d in ds),
+    }
+
+
+def _errors_cases(rng):
+    shapes = [(768, 260, 96), (int(rng.integers(300, 600)), int(rng.integers(130, 260)), int(rng.integers(40, 100)))]
+    out = []
+    for M, K, N in shapes:
+        x = (rng.standard_normal((M, K)) * np.exp(rng.normal(0, 0.5, (M, 1)))).astype(F32)  # log-normal tokens
+        out.append((M, K, N, x, (rng.standard_normal((M, N)) * 1e-5).astype(F32)))
+    return out
+
+
+_WHY = ("re-tiling rounds x twice (float32 -> 1x128 tiles in Fprop, then -> 128x1 tiles), two roughly independent "
+        "errors, so x's error grows by about sqrt(2); DeepSeek-V3 accepts it because the float32/BF16 x is gone by "
+        "then: caching FP8 x (1 byte + 4/128 of scales per element) instead of BF16 (2 bytes) halves that memory")
+
+
+@question
+def wgrad_errors(fn, rng=None):
+    """Check `fn(x, dy) -> (err_requantized, err_fresh)`: the normwise errors ||dW - dW64||_F / ||dW64||_F of the
+    FP8 Wgrad (dy^T in 1x128 tiles along the tokens) with x re-tiled from its cached 1x128 tiles, and with float32 x
+    quantized afresh as 128x1 tiles, against dW64 = dy^T x in float64; recomputed here (relative tolerance 1e-3)."""
+    q = "wgrad_errors"
+    if still_a_placeholder(fn):
+        raise NotAttempted(not_attempted_message(q, fn))
+    rng = np.random.default_rng() if rng is None else rng
+    first = None
+    for M, K, N, x, dy in _errors_cases(rng):
+        what = f"wgrad_errors(x ({M}, {K}), dy ({M}, {N}))"
+        got = _call(q, fn, (x.copy(), dy.copy()), what, "return a pair of floats (err_requantized, err_fresh)")
+        try:
+            req, fresh = (float(v) for v in got)
+        except (TypeError, ValueError):
+            fail(q, [f"{what} returned {got!r}: expected a pair of numbers"], "return err_requantized, err_fresh")
+        want_req, want_fresh = _errors(x, dy)
+
+        def same(a, b):
+            return math.isclose(a, b, rel_tol=RTOL_ERRORS)
+
+        if same(req, want_req) and same(fresh, want_fresh):
+            first = first or (want_req, want_fresh)
             continue
-        if got is not None and (isinstance(got, (bool, np.bool_)) or not isinstance(got, numbers.Real)):
-            fail(q, [f"per_tensor_breaks_at({_show(E, [want])}) returned {got!r}: expected an int log2(s) or None"],
-                 "return the key e (an int, log2 of s), or None when no magnitude qualifies")
-        # every modelled mistake that gives this answer, likeliest first: on a measured sweep several can coincide
-        # (the largest key and a comparison with the previous magnitude both give 15 where 14 and 15 qualify)
-        why = [h for v, h in _breaks_variants(E) if v == got and v != want]
-        if want is not None and got == 2**want:  # as likely as a variant that also gives 2**want: name both
-            why += [f"return log2(s), the dict's key ({want}), not s itself ({2**want})"]
-        if want is None and got is not None and not why:
-            why = ["when no magnitude satisfies both conditions, return None"]
-        if want is not None and got is None and not why:
-            why = [f"at log2(s) = {want}: per-tensor {E[want]['fp8-tensor']:.4g} > {TENSOR_FACTOR:g} x "
-                   f"{E[0]['fp8-tensor']:.4g} and DeepSeek {E[want]['fp8-deepseek']:.4g} <= {DEEPSEEK_FACTOR:g} x "
-                   f"{E[0]['fp8-deepseek']:.4g}: both hold"]
-        hint = " Or: ".join(why) if why else (
-            f"the smallest key e with errors_by_log2[e]['fp8-tensor'] > {TENSOR_FACTOR:g} * errors_by_log2[0]"
-            f"['fp8-tensor'] and errors_by_log2[e]['fp8-deepseek'] <= {DEEPSEEK_FACTOR:g} * errors_by_log2[0]"
-            "['fp8-deepseek']")
-        fail(q, [f"per_tensor_breaks_at({_show(E, [want, got])}) returned {got!r}, expected {want!r}"], hint)
-    return (f"{len(cases)} sweeps (3 measured with the NumPy engine's Linear, per-tensor breaking at log2(s) = "
-            f"{seen[0]} in the full "
-            f"one; {len(cases) - 3} hand-made edge cases)")
+        line = [f"{what} returned ({req:.5g}, {fresh:.5g}), expected ({want_req:.5g}, {want_fresh:.5g})"]
+        wrong = _wrong_errors(x, dy)
+        bad_req, bad_fresh = not same(req, want_req), not same(fresh, want_fresh)
+
+        def explains(pair):  # a wrong value that this mistake gives (a right one proves nothing)
+            return (bad_req and same(req, pair[0])) or (bad_fresh and same(fresh, pair[1]))
+
+        if same(req, want_fresh) and same(fresh, want_req):
+            fail(q, line, "the order is (re-quantized, fresh): the re-quantized error is the larger one, since "
+                 + _WHY)
+        # every mistake that gives these values: two can coincide (a largest-element error scatters around the
+        # normwise error of one rounding, which is also what x's own 1x128 tiles give)
+        why = [h for hit, h in (
+            (explains(wrong["abs"]), "normwise RELATIVE error: divide ||dW - dW64||_F by ||dW64||_F"),
+            (explains(wrong["maxabs"]), "normwise error: the Frobenius norm of the whole difference (np.linalg.norm), "
+                                        "not the largest element"),
+            (same(fresh, wrong["not_retiled"]), "'fresh' quantizes the float32 x again, as 128x1 tiles: "
+                                                "spec.quantize(x.T, 'tile'); what you computed uses x's 1x128 tiles, "
+                                                "whose scales vary along the tokens: Wgrad's FP8 GEMM can't"),
+            (same(fresh, wrong["x_float"]), "'fresh' still quantizes x, but from float32, as 128x1 tiles "
+                                            "(spec.quantize(x.T, 'tile')): only the rounding twice is taken away, "
+                                            "not FP8")) if hit]
+        if why:
+            fail(q, line, " Or: ".join(why))
+        fail(q, line, "err = np.linalg.norm(dW - dW64) / np.linalg.norm(dW64), dW64 = dy.astype(np.float64).T @ "
+             "x.astype(np.float64); re-quantized: fp8_wgrad(dy, *spec.quantize(x, 'tile')[:2]); fresh: dy^T's "
+             "tiles as in fp8_wgrad with x^T quantized afresh, spec.quantize(x.T, 'tile')")
+    return (f"the cached x re-tiled: {first[0]:.2%}, x quantized afresh in 128x1 tiles: {first[1]:.2%} "
+            f"({first[0] / first[1]:.2f}x) for x (768, 260), dy (768, 96), and a random case, as recomputed here")
+
+
+# ---------------------------------------------------------------------------- Q4: re-tiling with power-of-two scales
+
+
+def _retile_values(x, pow2_fprop, pow2_wgrad):
+    """(Fprop's cached values, the same values after the re-tiling), both in x's (M, K) layout."""
+    c, s, _ = spec.quantize(x, "tile", mode="pow2" if pow2_fprop else "amax")
+    ct, st = spec.requantize_tile_to_col(c, s, mode="pow2" if pow2_wgrad else "amax")
+    return c, s, ct, st
+
+
+def _retile_changes(x, pow2):
+    c, s, ct, st = _retile_values(x, pow2, pow2)
+    return float(np.mean(_deq_tiles(ct, st).T != _deq_tiles(c, s)))
+
+
+@question
+def retile_changes(fn, rng=None):
+    """Check `fn(x, pow2) -> float`: the fraction of x's elements whose value (decode(code) * scale) the re-tiling
+    changes, from Fprop's 1x128 tiles to 128x1 tiles, both with amax / 448 scales (pow2=False) or both with scales
+    rounded up to a power of two (pow2=True, DeepSeek-V3's choice, section 3.3.3); recomputed here."""
+    q = "retile_changes"
+    if still_a_placeholder(fn):
+        raise NotAttempted(not_attempted_message(q, fn))
+    rng = np.random.default_rng() if rng is None else rng
+    cases = [_activations(rng, 300, 200), _activations(rng, int(rng.integers(129, 400)), int(rng.integers(1, 260)))]
+    got_first = None
+    for x in cases:
+        for pow2 in (False, True):
+            what = f"retile_changes(x {x.shape}, pow2={pow2})"
+            got = _call(q, fn, (x.copy(), pow2), what, "return one number: a fraction of x's elements")
+            try:
+                got = float(got)
+            except (TypeError, ValueError):
+                fail(q, [f"{what} returned {got!r}: expected a number"], "return np.mean(changed), a float")
+            want = _retile_changes(x, pow2)
+            if math.isclose(got, want, rel_tol=SHARE_TOL, abs_tol=SHARE_TOL):
+                got_first = got_first or {}
+                got_first.setdefault(pow2, want)
+                continue
+            line = [f"{what} returned {got:.6g}, expected {want:.6g}"]
+            c, s, ct, st = _retile_values(x, pow2, pow2)
+            after, before = _deq_tiles(ct, st).T, _deq_tiles(c, s)
+            mixed = [_retile_values(x, pow2, not pow2), _retile_values(x, not pow2, pow2)]
+            hints = [
+                (float(np.mean(ct.T != c)), "compare values, decode(code) * scale, not codes: with power-of-two "
+                 "scales a code changes its exponent when the scale changes, and its value does not"),
+                (float(np.mean(after != x)), "compare with what Fprop cached (its 1x128 tiles, dequantized), not with "
+                 "the float32 x: the question is what the second rounding changes"),
+                (_retile_changes(x, not pow2), f"pow2={pow2}: use mode='pow2' when pow2 is True, 'amax' otherwise"),
+            ] + [(float(np.mean(_deq_tiles(m[2], m[3]).T != _deq_tiles(m[0], m[1]))),
+                  "both roundings use the same rule: mode='pow2' (or 'amax') in spec.quantize and in "
+                  "spec.requantize_tile_to_col") for m in mixed]
+            for value, hint in hints:
+                if math.isclose(got, value, rel_tol=SHARE_TOL, abs_tol=SHARE_TOL) and not math.isclose(value, want):
+                    fail(q, line, hint)
+            fail(q, line, "codes, scales = spec.quantize(x, 'tile', mode=...)[:2]; re-tile with "
+                 "spec.requantize_tile_to_col(codes, scales, mode=...); compare spec.dequantize(..., 1, 128) of "
+                 "both (the re-tiled one transposed back): np.mean(after != before)")
+    return (f"the re-tiling changed {got_first[False]:.1%} of the values with amax / 448 scales and "
+            f"{got_first[True]:.2%} with power-of-two scales, for x (300, 200), and a random case, as recomputed here")

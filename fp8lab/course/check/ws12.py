@@ -1,291 +1,308 @@
-"""ws12: the FP8 GEMM with a scale per K-group of 128 (1 x 128 tiles of a, 128 x 128 blocks of b), the partial sum
-of each group scaled and added in FP32 on the CUDA cores (DeepSeek-V3, arXiv 2412.19437, section 3.3.2), and the
-error against K with and without promotion, checked against fp8lab.kernels.fp8_gemm.reference (the spec the
-library's kernels match bit for bit under the simulator) and fp8lab.numerics.accum.
-
-The wrong-answer models below only choose a hint; right or wrong is always decided by the library's references."""
+"""ws12: pipeline schedules: 1F1B's operation order by hand, Table 2's bubbles, and memory per device, all checked
+by timing and counting with fp8lab.comm.pipeline (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.2.1)."""
 
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
+import dataclasses
+import math
+import numbers
 
 import numpy as np
 
-from ... import bench
-from ...device import runtime
-from ...device.runtime import cuda
-from ...kernels import fp8_gemm as fg
-from ...numerics import accum, formats, spec
-from ...numerics.spec import GROUP_K, QuantizedTensor
-from ._core import (NotAttempted, call_answer, fail, launch, not_attempted_message, question, require_kernel,
-                    still_a_placeholder)
+from ...comm import pipeline
+from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder, call_answer
 
-__all__ = ["FP8_GEMM_BLOCK", "scaled_group_sum", "fp8_gemm_promoted_kernel", "promotion_vs_k"]
-
-FP8_GEMM_BLOCK = (16, 4)  # threads per block: 16 along n (threadIdx.x), 4 along m (threadIdx.y)
-_LUT = formats.value_table(formats.E4M3).astype(np.float32)  # code -> value, 256 entries
+__all__ = ["one_f_one_b", "table2_bubbles", "memory_per_device"]
 
 
-def _call(q, fn, call, args, hint):
-    """fn(*args), a learner's exception turned into a failure naming the call (`call`: a short description)."""
-    return call_answer(q, fn, args, hint, call)
+# ---------------------------------------------------------------------------------------------- Q1: 1F1B orders
+
+_SHAPE_HINT = ("return one list per stage, e.g. for 2 stages and 2 micro-batches "
+               "[[('F', 0), ('F', 1), ('B', 0), ('B', 1)], [('F', 0), ('B', 0), ('F', 1), ('B', 1)]]")
 
 
-def _require_own_code(q, fn, instead):
-    """Refuse an answer whose source calls the library's references (it would be checked against itself)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return
-    for node in ast.walk(tree):
-        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
-        if name in {"dot_limited", "limited_step", "fp8_gemm", "reference64"} or (
-                isinstance(node, ast.Attribute) and name == "reference"):
-            fail(q, [f"{getattr(fn, '__name__', 'your function')} calls {name}: that is what the check compares "
-                     "with"], f"write the arithmetic yourself ({instead}); the library is the reference, not part "
-                              "of the answer")
-
-
-def _operands(rng, M, N, K):
-    """(qa, qb): fresh N(0, 1) a (M, K) in 1 x 128 tiles, b (N, K) in 128 x 128 blocks, E4M3 (host arrays). Each
-    row gets its own size, so the scales differ from group to group."""
-    qs = []
-    for rows, granularity in ((M, "tile"), (N, "block")):
-        x = rng.standard_normal((rows, K), dtype=np.float32) * np.exp2(rng.integers(-4, 5, (rows, 1))).astype(
-            np.float32)
-        codes, scale, _ = spec.quantize(x, granularity)
-        qs.append(QuantizedTensor(codes, scale, "e4m3", granularity, GROUP_K))
-    return tuple(qs)
-
-
-def _group(q, g):
-    """The operand q cut to its K-group g (codes and that group's column of scales)."""
-    k0 = g * GROUP_K
-    return QuantizedTensor(q.data[:, k0:k0 + GROUP_K], q.scale[:, g:g + 1], q.fmt, q.granularity, q.block)
-
-
-def _f32_sum(p):
-    """float32 sum in k order (one rounding per addition)."""
-    return np.cumsum(np.asarray(p, np.float32), dtype=np.float32)[-1] if len(p) else np.float32(0)
-
-
-# ------------------------------------------------------------------------------ Q1: one K-group, scaled (NumPy)
-
-
-def _q1_variants(qa, qb, m, n, g):
-    """(label, value, hint): the mistakes the check recognizes for output (m, n), group g."""
-    k0, k1 = g * GROUP_K, min((g + 1) * GROUP_K, qa.data.shape[1])
-    a = formats.decode(qa.data[m, k0:k1])
-    b = formats.decode(qb.data[n, k0:k1])
-    p = (a * b).astype(np.float32)
-    sa, sb = qa.scale[m, g], qb.scale[n // GROUP_K, g]
-    s = np.float32(sa * sb)
-    whole_k = _f32_sum(formats.decode(qa.data[m]) * formats.decode(qb.data[n]))
-    order = ("add the products one at a time in float32, in k order (acc = np.float32(acc + p[k])), then "
-             "multiply once: np.sum and np.dot add in another order (pairwise) and float64 rounds differently")
-    return [
-        ("float64 sum", np.float32(np.float32(np.sum(p.astype(np.float64))) * s), order),
-        ("np.sum", np.float32(np.sum(p, dtype=np.float32) * s), order),
-        ("np.dot", np.float32(np.float32(np.dot(a, b)) * s), order),
-        ("scaled products", _f32_sum(p * s),
-         "sum the group's products first, then multiply the partial sum by sa * sb once: the scale is the same for "
-         "every k of the group, so it comes out of the group's sum (that is why one scale per 128 of K costs so "
-         "little)"),
-        ("two roundings", np.float32(np.float32(_f32_sum(p) * sa) * sb),
-         "multiply the two scales first (one float32 product, s = sa * sb), then partial * s: (partial * sa) * sb "
-         "rounds twice"),
-        ("divided", np.float32(_f32_sum(p) / s),
-         "the scales are dequantization factors (x ~= decode(code) * scale): multiply, do not divide"),
-        ("no scales", _f32_sum(p), "multiply the partial sum by sa[m, g] * sb[n // 128, g]"),
-        ("whole K", np.float32(whole_k * s), f"sum only the group's k: {k0} <= k < {k1} for g = {g}"),
-        ("b's scale of row 0", np.float32(_f32_sum(p) * np.float32(sa * qb.scale[0, g])),
-         "b's scales are one per 128 x 128 block: row n uses sb[n // 128, g]"),
-    ]
-
-
-@question
-def scaled_group_sum(fn, rng=None):
-    """Check `fn(a_codes, sa, b_codes, sb, m, n, g) -> float32`: output (m, n)'s term of K-group g, the float32 sum in
-    k order of decode(a[m, k]) * decode(b[n, k]) over the group, times sa[m, g] * sb[n // 128, g]; bit for bit equal
-    to fp8_gemm.reference of that single group."""
-    q = "scaled_group_sum"
-    if still_a_placeholder(fn):
-        raise NotAttempted(not_attempted_message(q, fn))
-    _require_own_code(q, fn, "formats.decode, a float32 loop over k, one multiplication by sa * sb")
-    rng = np.random.default_rng() if rng is None else rng
-    hint = "return one number: np.float32(partial * (sa[m, g] * sb[n // 128, g]))"
-    n_checked = 0
-    for M, N, K in ((5, 2 * GROUP_K + 7, 2 * GROUP_K + 45), (3, 9, 100)):
-        qa, qb = _operands(rng, M, N, K)
-        G = -(-K // GROUP_K)
-        picks = [(M - 1, N - 1, G - 1), (0, 0, 0)] + [(int(rng.integers(M)), int(rng.integers(N)),
-                                                       int(rng.integers(G))) for _ in range(10)]
-        if N > GROUP_K:
-            picks.append((int(rng.integers(M)), GROUP_K + 3, 0))  # b's second block row
-        for m, n, g in picks:
-            want = fg.reference(_group(qa, g), _group(qb, g))[m, n]
-            call = f"scaled_group_sum(a_codes {qa.data.shape}, sa, b_codes {qb.data.shape}, sb, m={m}, n={n}, g={g})"
-            got = _call(q, fn, call, (qa.data.copy(), qa.scale.copy(), qb.data.copy(), qb.scale.copy(), m, n, g),
-                        "index b's scales by the block row n // 128; the last group of K may be shorter than 128")
-            try:
-                got = np.asarray(got)
-                ok_type = got.size == 1 and got.dtype.kind == "f"
-            except Exception:
-                ok_type = False
-            if not ok_type:
-                fail(q, [f"{call} returned {got!r}: expected one float32 number"], hint)
-            got = got.reshape(())
-            n_checked += 1
-            if got.dtype != np.float32:
-                fail(q, [f"{call} returned a {got.dtype} number: expected float32, as the kernel keeps it"],
-                     "keep the arithmetic in float32: the products, the running sum (np.float32(0) to start) and "
-                     "the scales are all float32")
-            if not (got == want):  # NaN is never equal
-                lines = [f"{call}: returned {float(got)!r}, expected {float(want)!r} (fp8_gemm.reference of that "
-                         "group)"]
-                h = next((h for _, v, h in _q1_variants(qa, qb, m, n, g) if v == got), None)
-                fail(q, lines, h or "sum the group's products in float32, one at a time in k order, then scale that "
-                                    "sum once by the two operands' scales of this group (check.hint gives the formula)")
-    return (f"{n_checked} group terms (odd K, a short last group, b's second block row) equal fp8_gemm.reference's, "
-            "bit for bit")
-
-
-# ------------------------------------------------------------------------------ Q2: the kernel
-
-
-def _q2_models(qa, qb):
-    """(label, float32 (M, N), hint): whole GEMMs with one usual mistake each."""
-    A, B = formats.decode(qa.data), formats.decode(qb.data)
-    M, K = A.shape
-    N = B.shape[0]
-    G = -(-K // GROUP_K)
-    SA, SB = qa.scale, np.repeat(qb.scale, GROUP_K, axis=0)[:N]
-
-    def run(groups, scale):
-        acc = np.zeros((M, N), np.float32)
-        for g in groups:
-            partial = np.zeros((M, N), np.float32)
-            for k in range(g * GROUP_K, min((g + 1) * GROUP_K, K)):
-                partial = partial + np.outer(A[:, k], B[:, k])
-            acc = acc + scale(partial, g)
-        return acc
-
-    def s(g):
-        return np.outer(SA[:, g], SB[:, g])
-
-    return [
-        ("last group missing", run(range(K // GROUP_K), lambda p, g: p * s(g)),
-         "the last K-group may be short: loop k0 over range(0, K, 128) and stop each group at min(k0 + 128, K)"),
-        ("group 0's scales", run(range(G), lambda p, g: p * s(0)),
-         "each K-group has its own scales: column g = k0 // 128 of sa and sb"),
-        ("two roundings", run(range(G), lambda p, g: (p * SA[:, g:g + 1]) * SB[:, g][None, :]),
-         "multiply the two scales first, s = sa[m, g] * sb[n // 128, g], then acc += partial * s"),
-        ("no scales", run(range(G), lambda p, g: p), "multiply each group's partial sum by its two scales"),
-    ]
-
-
-@question
-def fp8_gemm_promoted_kernel(kernel, rng=None):
-    """Check a kernel `(a, sa, b, sb, lut, c)`: c = the FP8 GEMM a @ b.T with scales per K-group (a: 1 x 128 tiles,
-    b: 128 x 128 blocks), one thread per output (n = cuda.grid(2)[0], m = cuda.grid(2)[1]), blocks of
-    FP8_GEMM_BLOCK threads. Bit for bit equal to fp8_gemm.reference under the simulator (within
-    fp8_gemm.fma_tolerance on a GPU, where acc + partial * s may be one FMA); c poisoned with NaN."""
-    q = "fp8_gemm_promoted_kernel"
-    require_kernel(q, kernel)
-    rng = np.random.default_rng() if rng is None else rng
-    bx, by = FP8_GEMM_BLOCK
-    shapes = ([(6, GROUP_K + 5, 2 * GROUP_K + 3), (3, 5, 100)] if runtime.IS_SIM else
-              [(300, 517, 1000), (3, 5, 100)])
-    lut = cuda.to_device(_LUT)
-    for M, N, K in shapes:
-        name = f"M={M}, N={N}, K={K}"
-        qa, qb = _operands(rng, M, N, K)
-        c = bench.poisoned((M, N), np.float32)
-        grid = (-(-N // bx), -(-M // by))
-        launch(q, name, kernel, (grid, (bx, by)), cuda.to_device(qa.data), cuda.to_device(qa.scale),
-               cuda.to_device(qb.data), cuda.to_device(qb.scale), lut, c)
-        got = c.copy_to_host()
-        ref = fg.reference(qa, qb)
-        tol = fg.fma_tolerance(qa, qb)
-        bad = ~(np.abs(got.astype(np.float64) - ref) <= tol)  # NaN fails
-        if bad.any():
-            idx = [tuple(int(v) for v in i) for i in np.argwhere(bad)[:3]]
-            lines = [f"case {name}: {int(bad.sum())} of {got.size} outputs differ from fp8_gemm.reference, e.g."]
-            lines += [f"  c[{m}, {n}]: got {got[m, n]!r}, expected {ref[m, n]!r}" for m, n in idx]
-            fail(q, lines, _q2_hint(got, ref, bad, qa, qb))
-    return ("c equals fp8_gemm.reference " + ("bit for bit" if runtime.IS_SIM else "within one FMA rounding per "
-            "K-group") + " on odd shapes (a short last K-group, b's second block row, K below 128)")
-
-
-def _q2_hint(got, ref, bad, qa, qb):
-    if np.isnan(got[bad]).any():
-        return ("some outputs are still the NaN poison: n, m = cuda.grid(2) (x along n, y along m), and every "
-                "thread with m < M and n < N stores c[m, n]")
-    for _, y, h in _q2_models(qa, qb):
-        if np.array_equal(y[bad], got[bad]):
-            return h
-    if qb.data.shape[0] > GROUP_K and not bad[:, :GROUP_K].any():
-        return "only b's rows from 128 on are wrong: b's scale of row n is sb[n // 128, g]"
-    return ("per K-group: partial = np.float32(0), then partial += lut[a[m, k]] * lut[b[n, k]] in k order; "
-            "acc += partial * (sa[m, g] * sb[n // 128, g]); everything float32")
-
-
-# ------------------------------------------------------------------------------ Q3: error against K
-
-
-def _errors(a, b, ks, bits=13, promote=128, metric=np.max, exact_dtype=np.float64):
+def _orders(q, got, P, N):
+    """The learner's orders as [[(kind, m), ...] per stage], or a failure saying what is malformed."""
+    call = f"one_f_one_b({P}, {N})"
+    if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
+        fail(q, [f"{call} returned {got!r}: expected a list of {P} lists of (kind, microbatch) pairs"], _SHAPE_HINT)
+    rows = [list(r) if hasattr(r, "__iter__") and not isinstance(r, (str, bytes)) else r for r in got]
+    if len(rows) != P or not all(isinstance(r, list) for r in rows):
+        fail(q, [f"{call} returned {len(rows)} items: expected {P} lists, one per stage"], _SHAPE_HINT)
     out = []
-    for k in ks:
-        ak, bk = a[:, :k], b[:, :k]
-        exact = (ak.astype(exact_dtype) @ bk.astype(exact_dtype).T).astype(np.float64)
-        row = []
-        for y in (accum.dot_limited(ak, bk, bits), accum.dot_limited(ak, bk, bits, promote_every=promote),
-                  accum.dot_limited(ak, bk, None)):
-            row.append(float(metric(np.abs(y.astype(np.float64) - exact) / np.abs(exact))))
-        out.append(row)
-    return np.array(out)
+    for s, row in enumerate(rows):
+        pairs = []
+        for i, item in enumerate(row):
+            ok = isinstance(item, (tuple, list)) and len(item) == 2 and item[0] in ("F", "B", "W") \
+                and isinstance(item[1], (numbers.Integral, np.integer)) and not isinstance(item[1], bool)
+            if not ok:
+                fail(q, [f"{call}: stage {s}, item {i} is {item!r}: expected a pair such as ('F', 3)"], _SHAPE_HINT)
+            if item[0] == "W":
+                fail(q, [f"{call}: stage {s} lists {tuple(item)!r}"],
+                     "1F1B runs each backward whole (input and weight gradients together): list only ('F', m) "
+                     "and ('B', m); the split backward is ZB1P's and DualPipe's trick")
+            pairs.append((item[0], int(item[1])))
+        out.append(pairs)
+    for s, row in enumerate(out):
+        for kind in ("F", "B"):
+            seen = [m for k, m in row if k == kind]
+            if sorted(seen) != list(range(N)):
+                twice = sorted({m for m in seen if seen.count(m) > 1})
+                lack = sorted(set(range(N)) - set(seen))
+                odd = sorted(set(seen) - set(range(N)))
+                what = (f"('{kind}', {twice[0]}) twice" if twice else f"no ('{kind}', {lack[0]})" if lack
+                        else f"('{kind}', {odd[0]}), outside 0..{N - 1}")
+                fail(q, [f"{call}: stage {s} runs {what} ({len(seen)} '{kind}' in all, expected {N})"],
+                     f"every stage runs the forward and the backward of each micro-batch 0..{N - 1} exactly once: "
+                     "stage s runs w = min(PP-1-s, N) warm-up forwards, then N - w pairs (F, B), then w "
+                     "cool-down backwards: N of each")
+    return out
+
+
+def _forwards_first(orders):
+    """Per stage: the forwards listed before its first backward (1F1B: PP-1-s warm-ups + 1, at most N)."""
+    return [next((i for i, (k, _) in enumerate(row) if k == "B"), len(row)) for row in orders]
+
+
+def _deadlock_hint(orders, P):
+    for s, row in enumerate(orders):
+        pos = {op: i for i, op in enumerate(row)}
+        early = [m for k, m in row if k == "B" and pos[("B", m)] < pos[("F", m)]]
+        if early:
+            return (f"stage {s} lists ('B', {early[0]}) before ('F', {early[0]}): a backward needs its own "
+                    "forward's activations (and the next stage's backward), so it comes after both")
+    first = _forwards_first(orders)
+    if first[-1] > first[0]:
+        return ("the warm-up counts are reversed: stage 0 needs the most warm-up forwards (PP-1 = "
+                f"{P - 1}) and the last stage none, since stage 0's first backward arrives only after "
+                "micro-batch 0 went down and back up the whole pipeline; stage s runs PP-1-s")
+    return ("a backward of micro-batch m on stage s waits for m's backward on stage s+1, which waits for the "
+            "forwards stage s+1 listed before it, which wait for stage s's forwards: stage s must run PP-1-s "
+            "warm-up forwards before its first backward, then alternate F and B")
+
+
+def _one_f_one_b_cases(rng):
+    fixed = [(4, 4, 1, 2), (4, 10, 1, 2), (5, 7, 2, 3), (2, 3, 1, 1), (8, 12, 3, 5)]
+    rand = [(int(P), int(P + rng.integers(0, P + 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9)))
+            for P in rng.integers(3, 10, 4)]
+    return fixed + rand
 
 
 @question
-def promotion_vs_k(fn, rng=None):
-    """Check `fn(a, b, ks) -> array (len(ks), 3)`: for each k, the largest relative error over the outputs of the
-    GEMM of the first k columns of a and b (E4M3 values, float32) with the limited accumulator (13 bits) without
-    promotion, promoted every 128, and FP32 accumulation; recomputed with fp8lab.numerics.accum."""
-    q = "promotion_vs_k"
+def one_f_one_b(fn, rng=None):
+    """Check `fn(stages, microbatches) -> [[(kind, m), ...] per stage]`: 1F1B's operation order. Each answer is
+    timed with pipeline.time_orders for random F, B; every dependency must hold (Timeline.check), the bubble must
+    be (PP-1)(F+B) and stage s must hold at most PP-s micro-batches' activations."""
+    q = "one_f_one_b"
     if still_a_placeholder(fn):
         raise NotAttempted(not_attempted_message(q, fn))
     rng = np.random.default_rng() if rng is None else rng
-    hint = "return np.array(rows): one row [no promotion, promoted every 128, FP32] per k"
-    for M, N, ks in ((3, 5, [96, 320, 1000]), (2, 4, [128, 700])):
-        a, b = (formats.decode(spec.quantize(rng.random((r, max(ks)), dtype=np.float32), "tile")[0])
-                for r in (M, N))
-        call = f"promotion_vs_k(a {a.shape}, b {b.shape}, ks={ks})"
-        got = _call(q, fn, call, (a.copy(), b.copy(), list(ks)), hint)
+    cases = _one_f_one_b_cases(rng)
+    for P, N, F, B in cases:
+        call = f"one_f_one_b({P}, {N})"
+        orders = _orders(q, call_answer(q, fn, (P, N), _SHAPE_HINT), P, N)
         try:
-            got = np.asarray(got, np.float64)
+            tl = pipeline.time_orders(orders, F, B).check()
+        except ValueError as e:
+            fail(q, [f"{call}: {e}"[:700]], _deadlock_hint(orders, P))
+        except AssertionError as e:  # the timing pass broke a dependency: a library bug, reported as such
+            fail(q, [f"{call}: the timeline is invalid: {e}"[:700]])
+        want = (P - 1) * (F + B)
+        first, full = _forwards_first(orders), [min(P - s, N) for s in range(P)]
+        if tl.bubble != want:
+            short = [s for s in range(P) if first[s] < full[s]]
+            hint = (f"too few warm-up forwards: stage {short[0]} runs {first[short[0]]} forwards before its first "
+                    f"backward; 1F1B runs PP-1-s = {P - 1 - short[0]} warm-ups, then the steady phase's first "
+                    f"forward, so {full[short[0]]}: the pipeline is full when the first backward comes back"
+                    if short else
+                    "after w = PP-1-s warm-up forwards, run one forward and one backward in turn (F of micro-batch "
+                    "w + i, then B of micro-batch i), then the w remaining backwards")
+            fail(q, [f"{call} with F={F}, B={B}: the bubble is {tl.bubble}, expected (PP-1)(F+B) = {want} "
+                     f"(makespan {tl.makespan}, each stage busy N(F+B) = {N * (F + B)})"], hint)
+        peaks = list(tl.peak_activations)
+        expect = [min(P - s, N) for s in range(P)]
+        if any(p > e for p, e in zip(peaks, expect)):
+            s = next(i for i in range(P) if peaks[i] > expect[i])
+            if all(f == N for f in first):
+                hint = (f"this is GPipe's order (all forwards, then all backwards): the same bubble, but every stage "
+                        f"holds all N = {N} micro-batches' activations at once, so memory grows with N; 1F1B "
+                        f"starts backwards after PP-1-s warm-ups, so stage s holds at most PP-s, whatever N")
+            elif first[s] > full[s]:
+                hint = (f"too many warm-up forwards: stage {s} runs {first[s]} forwards before its first backward, "
+                        f"1F1B {full[s]} (PP-1-s = {P - 1 - s} warm-ups, then the steady phase's first forward); "
+                        "they already fill the pipeline, each extra one only holds more activations")
+            else:
+                hint = ("after the warm-up, alternate strictly: one forward, then one backward, so the number of "
+                        "micro-batches in flight stays at PP-s")
+            fail(q, [f"{call}: stage {s} holds up to {peaks[s]} micro-batches' activations, expected at most "
+                     f"PP-s = {expect[s]} (peaks per stage {peaks}, 1F1B's {expect})"], hint)
+    return (f"{len(cases)} pipelines (PP 2..9, up to {max(n for _, n, _, _ in cases)} micro-batches, random F, B): "
+            "every dependency holds, bubble (PP-1)(F+B), stage s holds PP-s micro-batches at most")
+
+
+# ------------------------------------------------------------------------------------------ Q2: Table 2's bubbles
+
+
+def _table2_variants(PP, F, B, W, FB):
+    """(1F1B, DualPipe) wrong formulas and what each forgets, tried in order for a hint."""
+    half = PP / 2 - 1
+    one = [
+        (PP * (F + B), "1F1B: (PP-1)(F+B), not PP(F+B): the last stage starts after PP-1 forwards and stage 0 "
+                       "finishes PP-1 backwards after the last stage"),
+        ((PP - 1) * (F + B - 2 * W), "(PP-1)(F+B-2W) is ZB1P's bubble; 1F1B runs each backward whole, so nothing "
+                                     "fills its bubble: (PP-1)(F+B)"),
+    ]
+    dual = [
+        ((PP - 1) * (FB + B - 3 * W), "DualPipe: (PP/2-1), not (PP-1): micro-batches enter from both ends, so "
+                                      "each direction fills only half the pipeline before the two meet"),
+        (PP / 2 * (FB + B - 3 * W), "DualPipe: (PP/2-1), not PP/2"),
+        (half * (FB + B), "DualPipe: (PP/2-1)(F&B+B-3W): the -3W is missing (the weight gradients, split off "
+                          "their backwards, fill part of the bubble)"),
+        (half * (FB + B - 2 * W), "DualPipe: -3W, not -2W"),
+        (half * (F + B + B - 3 * W), "DualPipe: F&B is FB (the overlapped forward + backward pair's time), not "
+                                     "F + B: the overlap is what shortens it"),
+        (half * (F + B - 3 * W), "DualPipe: (PP/2-1)(F&B+B-3W): F&B (the overlapped pair, FB) plus a whole B"),
+    ]
+    return one, dual
+
+
+def _table2_cases(rng):
+    cases = [(16, 1, 2, 1, 2.5), (8, 1, 2, 1, 3), (4, 3, 5, 2, 6)]
+    for _ in range(8):
+        PP = int(rng.integers(2, 33)) * 2
+        F = float(rng.uniform(0.5, 4.0))
+        W = F * float(rng.uniform(0.1, 1.0))
+        B = F + W
+        cases.append((PP, F, B, W, B + F * float(rng.uniform(0.0, 1.0))))
+    return cases
+
+
+@question
+def table2_bubbles(fn, rng=None):
+    """Check `fn(PP, F, B, W, FB) -> (bubble of 1F1B, bubble of DualPipe)` by DeepSeek-V3's Table 2 against
+    pipeline.table2 (relative tolerance 1e-9), on the DeepSeek-V3-like case PP=16, F=1, B=2, W=1, F&B=2.5 and
+    random ones."""
+    q = "table2_bubbles"
+    if still_a_placeholder(fn):
+        raise NotAttempted(not_attempted_message(q, fn))
+    rng = np.random.default_rng() if rng is None else rng
+    first = None
+    for PP, F, B, W, FB in _table2_cases(rng):
+        args = (PP, F, B, W, FB)
+        got = call_answer(q, fn, args, "return a pair of numbers: (1F1B's bubble, DualPipe's bubble)")
+        try:
+            one, dual = (float(v) for v in got)
         except (TypeError, ValueError):
-            fail(q, [f"{call} returned {got!r}: expected an array of numbers"], hint)
-        if got.shape != (len(ks), 3):
-            fail(q, [f"{call} returned shape {got.shape}: expected ({len(ks)}, 3)"], hint)
-        want = _errors(a, b, ks)
-        if not np.allclose(got, want, rtol=1e-9, atol=0):  # NaN fails
+            fail(q, [f"table2_bubbles{args} returned {got!r}: expected a pair of numbers"],
+                 "return a tuple (bubble_1f1b, bubble_dualpipe)")
+        t2 = pipeline.table2(PP, F, B, W, FB)
+        want1, want2 = t2["1f1b"]["bubble"], t2["dualpipe"]["bubble"]
+
+        def same(a, b):
+            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)  # times are about 1
+
+        if same(one, want2) and same(dual, want1) and not same(want1, want2):
+            fail(q, [f"table2_bubbles{args} returned ({one:g}, {dual:g}): expected ({want1:g}, {want2:g})"],
+                 "the order is (1F1B, DualPipe)")
+        wrong1, wrong2 = _table2_variants(PP, F, B, W, FB)
+        for value, want, variants, name in ((one, want1, wrong1, "1F1B"), (dual, want2, wrong2, "DualPipe")):
+            if not same(value, want):
+                hint = next((h for v, h in variants if same(value, v)),
+                            f"Table 2 gives {name} the bubble {pipeline.FORMULAS[name.lower()]}, where F&B is FB")
+                fail(q, [f"table2_bubbles{args}: {name}'s bubble is {value:g}, expected {want:g}"], hint)
+        if first is None:
+            first = (want1, want2)
+    return (f"PP=16, F=1, B=2, W=1, F&B=2.5: 1F1B {first[0]:g}, DualPipe {first[1]:g} ({first[1] / first[0]:.0%} "
+            "of it), and 10 more cases, equal to Table 2")
+
+
+# ------------------------------------------------------------------------------------- Q3: memory per device
+
+
+def _peaks(tl, *, split_frees=False, fb_counts=True, per_direction=False):
+    """Per device, the most activations held at once, counted from the events; the flags give known mistakes."""
+    out = []
+    for evs in tl.events:
+        held, peak = {0: 0, 1: 0}, {0: 0, 1: 0}
+        for e in evs:
+            d = e.direction if per_direction else 0
+            b = (e.b_direction if per_direction else 0) if e.kind == "FB" else d
+            if e.kind == "F" or (e.kind == "FB" and fb_counts):
+                held[d] += 1
+                peak[d] = max(peak[d], held[d])
+            if e.kind == "W" and not split_frees or e.kind == "FB" and fb_counts \
+                    or e.kind == "B" and (split_frees or not e.split):
+                held[b] -= 1
+        out.append(max(peak.values()))
+    return out
+
+
+def _memory_cases(rng):
+    tls = [pipeline.simulate("1f1b", 4, 8, 1, 2, 1), pipeline.simulate("zb1p", 6, 9, 1, 2, 1),
+           pipeline.simulate("dualpipe", 8, 20, 1, 2, 1, 2.5), pipeline.simulate("dualpipe", 4, 8, 2, 3, 1, 4)]
+    P = int(rng.integers(3, 7))
+    N = P + int(rng.integers(0, 4))
+    gpipe = [[("F", m) for m in range(N)] + [("B", m) for m in range(N)] for _ in range(P)]
+    tls.append(pipeline.time_orders(gpipe, int(rng.integers(1, 4)), int(rng.integers(1, 6))))
+    P = 2 * int(rng.integers(2, 6))
+    tls.append(pipeline.simulate("dualpipe", P, 2 * P + 2 * int(rng.integers(0, 3)), 2, 3, 1, 4))
+    tls.append(pipeline.simulate("zb1p", P, P + int(rng.integers(0, 5)), 2, 3, 1))
+    return tls
+
+
+@question
+def memory_per_device(fn, rng=None):
+    """Check `fn(timeline) -> [(stages held, peak activations) per device]` against the Timeline's own
+    `parameters` and `peak_activations`, on 1F1B, ZB1P, DualPipe and GPipe-order timelines. The timelines passed
+    to fn have those summary fields hidden (set to -1): the answer must come from `timeline.events`."""
+    q = "memory_per_device"
+    if still_a_placeholder(fn):
+        raise NotAttempted(not_attempted_message(q, fn))
+    rng = np.random.default_rng() if rng is None else rng
+    tls = _memory_cases(rng)
+    for tl in tls:
+        P = tl.stages
+        hidden = dataclasses.replace(tl, peak_activations=(-1,) * P, activations=-1, parameters=-1)
+        what = f"memory_per_device({tl.schedule}, {P} stages, {tl.microbatches} micro-batches)"
+        got = call_answer(q, fn, (hidden,), "return one (stages held, peak activations) pair per device")
+        try:
+            pairs = [tuple(int(v) for v in pair) for pair in got]
+            assert len(pairs) == P and all(len(p) == 2 for p in pairs)
+        except (TypeError, ValueError, AssertionError):
+            fail(q, [f"{what} returned {got!r}: expected {P} pairs (stages held, peak activations)"],
+                 "return [(stages, peak) for each device], e.g. [(1, 4), (1, 3), (1, 2), (1, 1)] for 1F1B on 4")
+        stages = [p[0] for p in pairs]
+        peaks = [p[1] for p in pairs]
+        if -1 in stages or -1 in peaks:
+            fail(q, [f"{what}: got {pairs}"], "the timeline's summary fields are hidden here (-1): count from "
+                 "timeline.events, one list of Events per device")
+        want_stages = [tl.parameters] * P
+        if stages != want_stages:
+            fail(q, [f"{what}: stages held per device {stages}, expected {want_stages}"],
+                 "device s runs pipeline stage s for micro-batches that enter at device 0 (direction 0) and stage "
+                 "PP-1-s for those entering at the last device (direction 1); count the distinct stages over the "
+                 "device's events (an FB's backward half has a direction of its own: e.b_direction). "
+                 "Two stages are two sets of weights: DualPipe's 2x parameters" if tl.schedule == "dualpipe" else
+                 "a single-direction schedule runs one stage per device: every event's direction is 0")
+        want = list(tl.peak_activations)
+        if peaks != want:
+            s = next(i for i in range(P) if peaks[i] != want[i])
             variants = [
-                ("mean", _errors(a, b, ks, metric=np.mean),
-                 "the largest relative error over the outputs (np.max), as DeepSeek reports it, not the mean"),
-                ("promote every 32", _errors(a, b, ks, promote=32), "promote every 128 of K (N_C = 128), not 32"),
-                ("14 bits", _errors(a, b, ks, bits=14), "13 mantissa bits (FP22), not 14"),
-                ("float32 exact", _errors(a, b, ks, exact_dtype=np.float32),
-                 "compute the exact product in float64: a float32 'exact' has errors of its own"),
-                ("whole K", np.repeat(_errors(a, b, [max(ks)]), len(ks), axis=0),
-                 "use only the first k columns of a and b for each k: a[:, :k], b[:, :k]"),
+                (_peaks(tl, split_frees=True), "a split backward (e.split, its W listed later) computes only the "
+                 "input gradient: the weight gradient W still reads the layer's input activations, so they are "
+                 "freed at the end of the W, not of the B"),
+                (_peaks(tl, fb_counts=False), "an FB event is a forward and a backward at once: count +1 for its "
+                 "forward half before the -1 of its backward half (the new activations are allocated while the old "
+                 "are still held): that +1 is DualPipe's PP+1"),
+                (_peaks(tl, per_direction=True), "a DualPipe device holds chunks of both directions at once (its "
+                 "stages s and PP-1-s): one count per device, not a maximum over directions"),
+                ([sum(e.kind in ("F", "FB") for e in evs) for evs in tl.events], "activations are freed when the "
+                 "micro-batch's backward on that device ends (its W when split): -1 there"),
             ]
-            h = next((h for _, v, h in variants if v.shape == got.shape and np.allclose(got, v, rtol=1e-9)), None)
-            if h is None and np.allclose(got[:, [1, 0, 2]], want, rtol=1e-9):
-                h = "the columns are swapped: no promotion first, then promoted every 128, then FP32"
-            i = int(np.argmax(~np.isclose(got, want, rtol=1e-9).all(axis=1)))
-            fail(q, [f"{call}: row for k = {ks[i]} is {got[i].tolist()}, expected {want[i].tolist()}"],
-                 h or "per k, compare each model's result on the first k columns with the float64 product: the largest "
-                      "relative error, no promotion, promoted every 128, FP32 (check.hint gives the calls)")
-    return "the errors without promotion, promoted every 128 and in FP32 equal fp8lab.numerics.accum's for every k"
+            hint = next((h for v, h in variants if v == peaks), "walk the device's events in order: +1 when a "
+                        "forward starts (an F, or an FB's forward half), -1 when a backward ends (a B that is not "
+                        "split, a W, or an FB's backward half), and keep the maximum")
+            fail(q, [f"{what}: device {s} peaks at {peaks[s]} micro-batches' activations, expected {want[s]} "
+                     f"(all devices: {peaks}, expected {want})"], hint)
+    return (f"{len(tls)} timelines (1F1B, ZB1P, DualPipe, GPipe order): stages and activation peaks per device "
+            "from the events alone, equal to Timeline.parameters and Timeline.peak_activations")

@@ -1,149 +1,448 @@
-"""ws4: the fused 1x128 tile-quantize kernel, checked bit for bit against fp8lab.numerics.spec.quantize(x, "tile")."""
+"""ws4: delayed scaling (Transformer Engine's amax history) against current scaling, checked against
+fp8lab.numerics.scaling.DelayedScaling: the scale from a history, a sequence of tensors quantized bit for bit, and the
+elements a 16x spike clips."""
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from ... import bench
-from ...numerics import formats, spec
-from ...device import runtime
-from ...device.runtime import cuda
-from ._core import fail, launch, question, require_kernel, tie_traps
+from ...numerics import formats, scaling, spec
+from ._core import NotAttempted, call_answer, fail, not_attempted_message, question, still_a_placeholder
 
-__all__ = ["QUANT_TILE", "QUANT_WARPS", "E4M3_MAX", "AMAX_FLOOR", "tile_quantize_kernel"]
+__all__ = ["scale_from_history", "delayed_quantize_steps", "clipped_at_spike"]
 
-QUANT_TILE = 128  # elements of one row that share a scale (DeepSeek-V3's 1x128 activation tiles)
-QUANT_WARPS = 2 if runtime.IS_SIM else 4  # warps per block, one tile per warp
-E4M3_MAX = spec.FP8_MAX["e4m3"]  # np.float32(448.0)
-AMAX_FLOOR = spec.AMAX_FLOOR  # np.float32(1e-12): an all-zero tile gets a finite scale, not 0 / 0
-CODE_POISON = 0xFF  # E4M3 -NaN: no finite input encodes to it (saturation), so an unwritten code cannot pass
+_E4M3_MAX = float(spec.FP8_MAX["e4m3"])  # 448
+_FMT_OF_MAX = {float(spec.FP8_MAX[f]): f for f in spec.FMTS}  # 448 -> "e4m3", 57344 -> "e5m2"
+_FLOOR = float(spec.AMAX_FLOOR)
+_F = np.float32
 
 
-def _tile_quantize_cases(rng):
-    """(name, x): float32 inputs with outliers, a partial last tile, an all-zero tile, a tile whose amax is
-    below AMAX_FLOOR, a tile narrower than a warp, and values placed on E4M3 rounding ties."""
-    T = QUANT_TILE
-    f = np.float32
-    out = []
-    M, K = (3, 2 * T + 44) if runtime.IS_SIM else (512, 56 * T + 77)
-    x = rng.standard_normal((M, K)) * np.exp2(rng.uniform(-6, 6, (M, 1)))  # rows of different magnitudes
-    x = x.astype(np.float32)
-    spikes = rng.random((M, K)) < 0.02
-    x[spikes] *= rng.uniform(20, 100, int(spikes.sum())).astype(np.float32)  # outliers, like LLM activations
-    j = int(rng.integers(T))
-    x[0, j] = -1.5 * np.abs(x[0, :T]).max()  # tile (0, 0)'s largest magnitude is negative
-    x[1, T:2 * T] = 0  # an all-zero tile, with some -0.0 (code 0x80)
-    x[1, T:2 * T:3] = -0.0
-    tile = x[2, :T]  # a view: values on rounding ties, where x / scale and x * inv disagree
-    top = int(np.argmax(np.abs(tile)))
-    for _ in range(100):  # for ~1 amax in 10, inv == 1 / scale so closely that no tie separates them: nudge it
-        amax = np.abs(tile[top])
-        traps = tie_traps(amax, rng, 12)
-        if len(traps) >= 4:
-            break
-        tile[top] *= f(rng.uniform(1.01, 1.1))
-    where = rng.permutation(np.flatnonzero(np.abs(tile) < amax))[:len(traps)]
-    tile[where] = traps[:len(where)]
-    n_full = K // T
-    out.append((f"x ({M}, {K}): {n_full} full tiles per row and a partial one of {K - n_full * T} columns; "
-                f"outliers; tile (1, 1) all zeros", x))
-    K2 = 20  # narrower than a warp: lanes 20..31 have no element
-    x = (rng.standard_normal((3, K2)) * 4).astype(np.float32)
-    x[1] *= f(1e-14)  # 0 < amax < AMAX_FLOOR: the floor applies here too
-    x[2, int(rng.integers(K2))] = -600  # an amax above 448: that element encodes to exactly -448 (0xFE)
-    out.append((f"x (3, {K2}): one tile per row, narrower than a warp; row 1's amax below AMAX_FLOOR", x))
-    return out
+def _call(q, fn, args, shown, hint):
+    """fn(*args), a learner's exception turned into a failure naming the call (`shown`)."""
+    return call_answer(q, fn, args, hint, shown)
+
+
+def _number(q, got, shown, hint):
+    """got as a float32 scalar, or a failure: a number (Python, NumPy or a 0-d/1-element array), finite, > 0."""
+    ok = not isinstance(got, (bool, np.bool_, str, bytes))
+    arr = np.asarray(got) if ok else None
+    if arr is None or arr.dtype.kind not in "fiu" or arr.size != 1 or arr.ndim > 1:
+        fail(q, [f"{shown} returned {got!r}: expected one number, the scale (np.float32)"], hint)
+    value = _F(arr.reshape(()))
+    if not np.isfinite(value) or value <= 0:
+        fail(q, [f"{shown} returned {value!r}: a scale is finite and > 0"], hint)
+    return value
+
+
+def _near(a, b, rel=1e-6) -> bool:
+    return bool(abs(float(a) - float(b)) <= rel * abs(float(b)))
+
+
+def _ulps(a, b) -> int:
+    return abs(int(np.asarray(a, _F).view(np.int32)) - int(np.asarray(b, _F).view(np.int32)))
+
+
+# ------------------------------------------------------------------------------------ Q1: the scale of a history
+
+
+def reference_scale(history, fmt="e4m3", margin: int = 0, algo: str = "max") -> np.float32:
+    """The scale fp8lab.numerics.scaling.DelayedScaling holds after recording `history` (oldest first) with this algo
+    and margin: its own computation, not a copy."""
+    ds = scaling.DelayedScaling(history_len=len(history), algo=algo, margin=margin, fmt=fmt)
+    for a in history:
+        ds.update(float(a))
+    return ds.scale
+
+
+def _history(rng, n, lo=-20.0, hi=12.0):
+    """n float32 amaxes from 2^lo to 2^hi, the largest never the most recent (so algo "most_recent" shows)."""
+    h = np.exp2(rng.uniform(lo, hi, n)).astype(_F)
+    if n > 1 and int(np.argmax(h)) == n - 1:
+        j = int(rng.integers(n - 1))
+        h[j], h[-1] = h[-1], h[j]
+    return h
+
+
+def _scale_cases(rng):
+    """(history float32 (n,), fmt_max, margin): fixed cases first, then random ones."""
+    f = lambda *v: np.array(v, _F)  # noqa: E731
+    e4, e5 = float(spec.FP8_MAX["e4m3"]), float(spec.FP8_MAX["e5m2"])
+    cases = [
+        (f(1.0, 3.5, 2.0), e4, 0),
+        (f(0.25, 900.0, 12.0, 7.0), e4, 1),
+        (f(6.0), e4, 3),
+        (f(2.0e3, 5.0e4, 1.0, 3.0e4), e5, 2),
+        (f(3e-13, 1e-13, 2e-13), e4, 0),  # every amax below AMAX_FLOOR: the floor sets the scale
+    ]
+    for _ in range(8):
+        cases.append((_history(rng, int(rng.integers(2, 41))), float(rng.choice([e4, e5])),
+                      int(rng.integers(0, 5))))
+    cases.append((_history(rng, int(rng.integers(2, 9)), -60, -41), e4, int(rng.integers(0, 3))))  # all < floor
+    return cases
+
+
+def _scale_hint(history, fmt_max, margin, got):
+    """A hint naming the mistake that gives `got`, if one does."""
+    fmt = _FMT_OF_MAX[fmt_max]
+    a = float(np.max(history))
+    floored = max(a, _FLOOR)
+    p = 2.0**margin
+    recent = reference_scale(history, fmt, margin, "most_recent")
+    if a < _FLOOR and (float(got) == 0 or _near(got, a * p / fmt_max)):
+        return (f"every amax of this history is below AMAX_FLOOR = {_FLOOR:g}: like fp8lab's current scaling "
+                "(fp8lab.numerics.spec), the amax is floored first, max(amax, 1e-12), so the scale is never (almost) "
+                "zero and x / scale never overflows float32")
+    if not _near(recent, reference_scale(history, fmt, margin)) and _near(got, recent):
+        return ("this is the scale of the most recent amax (algo \"most_recent\"); TE's default algo \"max\" takes "
+                "the largest amax in the whole history: np.max(history)")
+    if _near(got, fmt_max / (floored * p)) or _near(got, fmt_max / floored):
+        return ("this is the inverse: FP8_MAX / amax is what Transformer Engine calls `scale` (the factor the cast "
+                "multiplies by); fp8lab's scale is the dequantization factor, amax * 2^margin / FP8_MAX (TE's "
+                "scale_inv), so that x ~= decode(code) * scale")
+    if margin and _near(got, floored / fmt_max):
+        return (f"the margin is missing: margin {margin} multiplies the scale by 2^margin = {p:g} (headroom: the "
+                f"history's amax lands on FP8_MAX / 2^margin, leaving {margin} binade(s) free above it)")
+    if margin and _near(got, floored / p / fmt_max):
+        return ("the margin goes the other way: the scale is multiplied by 2^margin (a larger scale, smaller "
+                "scaled values: headroom), not divided")
+    if _near(got, float(np.mean(history)) * p / fmt_max) or _near(got, max(float(np.mean(history)), _FLOOR) * p
+                                                                   / fmt_max):
+        return "algo \"max\" takes the largest amax of the history (np.max), not the mean"
+    if _near(got, floored * p / fmt_max, rel=1e-5):
+        return ("off in the last bits: compute float(np.max(history)) * 2**margin / fmt_max (a power of two "
+                "multiplies exactly; one division, then one rounding to np.float32) and return np.float32 of it")
+    return None
 
 
 @question
-def tile_quantize_kernel(kernel, rng=None):
-    """Check a kernel `(x, codes, scale)`: x float32 (M, K) -> codes uint8 (M, K), E4M3 codes, and scale float32
-    (M, ceil(K / QUANT_TILE)), one scale per 1 x QUANT_TILE tile of a row; bit-exact with
-    `fp8lab.numerics.spec.quantize(x, "tile")`. Launch: blocks of QUANT_WARPS * 32 threads, grid
-    ceil(M * ceil(K / QUANT_TILE) / QUANT_WARPS) blocks; warp w = cuda.grid(1) // 32 takes tile
-    (w // ntk, w % ntk) with ntk = scale.shape[1]; warps past the last tile do nothing."""
-    q = "tile_quantize_kernel"
-    require_kernel(q, kernel)
+def scale_from_history(fn, rng=None):
+    """Check `fn(history, fmt_max, margin) -> scale`: the dequantization scale of an amax history, algo "max",
+    bit for bit against fp8lab.numerics.scaling.DelayedScaling fed the same amaxes (E4M3 and E5M2, margins 0..4)."""
+    q = "scale_from_history"
+    if still_a_placeholder(fn):
+        raise NotAttempted(not_attempted_message(q, fn))
     rng = np.random.default_rng() if rng is None else rng
-    T = QUANT_TILE
-    threads = QUANT_WARPS * runtime.WARP_SIZE
-    for name, x in _tile_quantize_cases(rng):
-        M, K = x.shape
-        ntk = -(-K // T)
-        codes = cuda.to_device(np.full((M, K), CODE_POISON, np.uint8))
-        scale = bench.poisoned((M, ntk), np.float32)
-        blocks = -(-(M * ntk) // QUANT_WARPS)
-        launch(q, name, kernel, (blocks, threads), cuda.to_device(x), codes, scale)
-        got_c, got_s = codes.copy_to_host(), scale.copy_to_host()
-        ref_c, ref_s, _ = spec.quantize(x, "tile", "e4m3", T, "amax")
-        bad_c = np.zeros((M, ntk * T), bool)
-        bad_c[:, :K] = got_c != ref_c
-        bad_tile = (got_s != ref_s) | bad_c.reshape(M, ntk, T).any(axis=2)  # NaN != anything
-        if bad_tile.any():
-            r, t = (int(i) for i in np.argwhere(bad_tile)[0])
-            c0, c1 = t * T, min(t * T + T, K)
-            xs = x[r, c0:c1]
-            lines = [f"case {name}:",
-                     f"  {int(bad_tile.sum())} of {bad_tile.size} tiles are wrong; the first is tile ({r}, {t}) = "
-                     f"x[{r}, {c0}:{c1}] ({c1 - c0} elements, amax {float(np.abs(xs).max())!r})"]
-            if got_s[r, t] != ref_s[r, t]:
-                lines.append(f"  scale[{r}, {t}]: got {float(got_s[r, t])!r}, expected {float(ref_s[r, t])!r}")
-            wrong = np.flatnonzero(got_c[r, c0:c1] != ref_c[r, c0:c1])
-            if len(wrong):
-                lines.append(f"  {len(wrong)} of {c1 - c0} codes of the tile are wrong, e.g.")
-            for i in wrong[:3]:
-                g, e = int(got_c[r, c0 + i]), int(ref_c[r, c0 + i])
-                lines.append(f"    codes[{r}, {c0 + i}] for x = {float(xs[i])!r}: got 0x{g:02X} "
-                             f"({formats.describe_code(g)}), expected 0x{e:02X} ({formats.describe_code(e)})")
-            fail(q, lines, _tile_quantize_hint(xs, got_s[r, t], ref_s[r, t], got_c[r, c0:c1], ref_c[r, c0:c1]))
-    return (f"codes and scales are bit-exact with spec.quantize(x, 'tile') (outliers, a partial tile, "
-            f"an all-zero tile, amax below AMAX_FLOOR, a tile narrower than a warp, rounding ties)")
+    cases = _scale_cases(rng)
+    for history, fmt_max, margin in cases:
+        shown = f"scale_from_history({np.array2string(history, precision=4, threshold=6)}, {fmt_max:g}, {margin})"
+        got = _call(q, fn, (history.copy(), fmt_max, margin), shown,
+                    "history is a 1-D float32 array of amaxes (most recent last); return one number")
+        got = _number(q, got, shown, "return the scale: np.float32(max(history) * 2**margin / fmt_max), floored")
+        want = reference_scale(history, _FMT_OF_MAX[fmt_max], margin)
+        if got != want:
+            fail(q, [f"{shown}: expected {want!r} (largest amax {float(np.max(history)):.6g} * 2^{margin} / "
+                     f"{fmt_max:g}), got {got!r} ({_ulps(got, want)} float32 steps apart)"],
+                 _scale_hint(history, fmt_max, margin, got))
+    return (f"{len(cases)} histories (1 to 40 amaxes, E4M3 and E5M2, margins 0..4, one below AMAX_FLOOR): "
+            "bit for bit with fp8lab.numerics.scaling.DelayedScaling")
 
 
-def _tile_quantize_hint(xs, got_s, ref_s, got_c, ref_c) -> str:
-    f = np.float32
-    amax = f(np.abs(xs).max())
-    poisoned = got_c == CODE_POISON
-    if np.isnan(got_s) and poisoned.all():
-        return ("this tile was never processed (its scale and codes still hold the poison): warp w = "
-                "cuda.grid(1) // 32 (counting warps over the whole grid, not blocks) takes tile "
-                "(w // ntk, w % ntk), with ntk = scale.shape[1] tiles per row")
-    if amax <= AMAX_FLOOR and not np.isnan(got_s):
-        return (f"this tile's amax is {float(amax)!r}, at most AMAX_FLOOR: floor it first, safe = amax if amax > "
-                "AMAX_FLOOR else AMAX_FLOOR (for an all-zero tile 448 / 0 is Inf and 0 * Inf is NaN), then "
-                "scale = safe / E4M3_MAX and inv = E4M3_MAX / safe")
-    if poisoned.any():
-        cols = np.flatnonzero(poisoned)
-        return (f"{len(cols)} codes of this tile are 0xFF, the poison (never written?), first at column "
-                f"{int(cols[0])} of the tile: lane l writes columns k0 + l + 32 * j for j = 0..3, wherever "
-                f"the column is < K")
-    if np.isnan(got_s):
-        return "scale[r, t] was never written: one lane (lane 0) of the warp stores scale = safe / E4M3_MAX"
-    if got_s != ref_s:
-        signed = f(np.max(xs))
-        if got_s == f(E4M3_MAX / amax):
-            return ("you stored 448 / amax: scale is the DEQUANTIZATION factor, scale = amax / E4M3_MAX "
-                    "(x ~= decode(code) * scale); the codes use its inverse, inv = E4M3_MAX / amax")
-        if signed != amax and got_s == f(signed / E4M3_MAX):
-            return ("amax is the largest |x|: take abs() of each element before the max "
-                    "(this tile's extreme is negative)")
-        if got_s < ref_s:
-            return ("scale too small: the amax missed elements. Each lane covers columns k0 + lane + 32 * j for "
-                    "j = 0..3, and the warp max takes all 5 shuffle steps (offsets 16, 8, 4, 2, 1)")
-        return "scale = max(|x| over the tile's columns) / E4M3_MAX, in float32; a tile is 128 columns of one row"
-    bad = got_c != ref_c
-    xb = xs[bad]
-    with np.errstate(over="ignore", invalid="ignore"):
-        by_div = formats.encode((xb / f(ref_s)).astype(np.float32), formats.E4M3)
-    if np.array_equal(got_c[bad], by_div):
-        return ("the scale is right but these codes sit on E4M3 rounding ties: multiply by inv = E4M3_MAX / safe "
-                "(computed once per tile, as the package does), not divide by scale. In float32, x / scale and "
-                "x * inv can round differently, and on a tie that changes the code")
-    got_v = np.abs(formats.decode(got_c[bad], formats.E4M3))
-    ref_v = np.abs(formats.decode(ref_c[bad], formats.E4M3))
-    if (got_v >= ref_v).all():
-        return ("the scale is right but these codes are too large: some lanes scaled by a smaller amax than the "
-                "tile's. After the warp max EVERY lane must hold the tile's amax: shfl_xor_sync with offsets "
-                "16, 8, 4, 2, 1 (a butterfly) gives it to every lane; shfl_down_sync leaves it in lane 0 only")
-    return ("codes[r, c] = encode_e4m3_sat(x[r, c] * inv), inv = E4M3_MAX / safe in float32 (use the np.float32 "
-            "constants: on a GPU, 448.0 / amax is computed in float64)")
+# --------------------------------------------------------------------------- Q2: a sequence, quantized with delay
+
+
+def reference_steps(tensors, history_len: int, algo: str = "max"):
+    """(codes per step, scales (T,) float32) of delayed scaling driven as the worksheet says: the scale of step t
+    from DelayedScaling.scale_for (steps < t), codes = formats.encode(x / scale) (float32 division, saturating,
+    the cast scaling.lagging_experiment counts)."""
+    ds = scaling.DelayedScaling(history_len=history_len, algo=algo)
+    codes, scales = [], []
+    for x in tensors:
+        s = ds.scale_for(x)
+        codes.append(_cast(x, s))
+        scales.append(s)
+    return codes, np.array(scales, _F)
+
+
+def _cast(x, scale):
+    with np.errstate(over="ignore"):
+        return formats.encode((x / _F(scale)).astype(_F), formats.E4M3)
+
+
+def _traps(x, scale, rng, n=6):
+    """Up to n float32 values below amax(x) in magnitude, each on or next to an E4M3 rounding tie after / scale,
+    where the cast's float32 division and two near-misses (x * float32(1 / scale); a float64 division) give
+    different codes."""
+    s = _F(scale)
+    inv = _F(1) / s
+    table = formats.value_table(formats.E4M3).astype(np.float64)
+    mids = (table[0:0x7E] + table[1:0x7F]) / 2  # every tie between neighbouring non-negative codes
+    x0 = (mids * np.float64(s)).astype(_F)
+    cands = np.concatenate([np.nextafter(x0, _F(np.inf)), x0, np.nextafter(x0, _F(-np.inf))])
+    cands = cands[(cands > 0) & (cands < np.max(np.abs(x)))]
+    with np.errstate(over="ignore"):
+        good = formats.encode((cands / s).astype(_F))
+        by_inv = formats.encode((cands * inv).astype(_F))
+        by_f64 = formats.encode(cands.astype(np.float64) / np.float64(s))
+    mul, f64 = cands[by_inv != good], cands[by_f64 != good]
+    picked = np.concatenate([rng.permutation(mul)[: n // 2], rng.permutation(f64)[: n - min(len(mul), n // 2)]])
+    return (picked * np.where(rng.random(len(picked)) < 0.5, _F(-1), _F(1))).astype(_F)
+
+
+def _place_traps(tensors, history_len, rng):
+    """Put trap values into each step t >= 1 (below that step's amax, so no scale changes)."""
+    ds = scaling.DelayedScaling(history_len=history_len)
+    for t, x in enumerate(tensors):
+        if t:
+            flat = x.reshape(-1)
+            traps = _traps(x, ds.scale, rng)
+            top = int(np.argmax(np.abs(flat)))
+            where = rng.permutation(np.delete(np.arange(flat.size), top))[: len(traps)]
+            flat[where] = traps[: len(where)]
+        ds.scale_for(x)
+    return tensors
+
+
+def _steps_cases(rng):
+    """(what, tensors, history_len): a window edge, growth, a spike, random magnitudes; odd shapes."""
+    f = _F
+    shapes = [(37,), (5, 13), (3, 130), (129,), (2, 3, 7)]
+
+    def draw(shape, mag):
+        return (rng.standard_normal(shape) * mag).astype(f)
+
+    # first the window edge: its amaxes rise and fall, so current scaling and a history holding the current
+    # step differ there (on a growing tensor they coincide), and a window off by one shows at step 5 or 6
+    mags = [1.0, 1.5, 30.0, 2.0, 1.0, 1.2, 0.8, 1.1, 0.9]  # step 2 leaves a window of 3 after step 5
+    out = [("9 steps, step 2 twenty times larger, history_len 3", [draw((41,), m) for m in mags], 3)]
+    g = float(rng.uniform(1.2, 1.4))
+    out.append((f"12 steps growing {g:.2f}x per step, history_len 1024",
+                [draw(shapes[t % 5], 0.5 * g**t) for t in range(12)], 1024))
+    T, spike = int(rng.integers(10, 15)), int(rng.integers(4, 8))
+    out.append((f"{T} steps, a 16x spike at step {spike}, history_len 1024",
+                [draw((7, 19), 16.0 if t == spike else 1.0) for t in range(T)], 1024))
+    hl = int(rng.integers(1, 6))
+    out.append((f"15 steps of random magnitudes, history_len {hl}",
+                [draw(shapes[int(rng.integers(5))], float(np.exp2(rng.uniform(-8, 8)))) for _ in range(15)], hl))
+    return [(what, _place_traps(ts, hl_, rng), hl_) for what, ts, hl_ in out]
+
+
+def _steps_output(q, got, tensors, shown):
+    hint = ("return (codes, scales): codes a list with one uint8 array per tensor (its shape, from formats.encode), "
+            "scales a float32 array with one scale per step")
+    T = len(tensors)
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        fail(q, [f"{shown} returned {type(got).__name__}: expected a pair (codes, scales)"], hint)
+    codes, scales = got
+    if isinstance(codes, np.ndarray) or not hasattr(codes, "__len__") or len(codes) != T:
+        fail(q, [f"{shown}: codes should be a list of {T} arrays, one per step, got {type(codes).__name__}"
+                 + (f" of length {len(codes)}" if hasattr(codes, "__len__") else "")], hint)
+    for t, (c, x) in enumerate(zip(codes, tensors)):
+        if not isinstance(c, np.ndarray) or c.dtype != np.uint8 or c.shape != x.shape:
+            what = f"{c.dtype} {c.shape}" if isinstance(c, np.ndarray) else type(c).__name__
+            fail(q, [f"{shown}: codes[{t}] is {what}, expected uint8 {x.shape} (the shape of step {t}'s tensor)"],
+                 hint)
+    try:
+        s = np.asarray(scales, dtype=np.float64)
+    except (TypeError, ValueError):
+        fail(q, [f"{shown}: scales is {type(scales).__name__}, expected {T} numbers"], hint)
+    if s.shape != (T,):
+        fail(q, [f"{shown}: scales has shape {s.shape}, expected ({T},)"], hint)
+    if not np.all(np.isfinite(s) & (s > 0)):
+        t = int(np.flatnonzero(~(np.isfinite(s) & (s > 0)))[0])
+        fail(q, [f"{shown}: scales[{t}] is {s[t]!r}: every scale is finite and > 0"], hint)
+    return codes, s.astype(_F)
+
+
+def _scales_hint(tensors, history_len, got, want, t):
+    amax = [float(np.max(np.abs(x))) for x in tensors]
+    current = np.array([spec.group_scale(_F(a))[0] for a in amax], _F)
+    inclusive = np.array([reference_scale(amax[max(0, i + 1 - history_len): i + 1]) for i in range(len(amax))], _F)
+    if np.array_equal(got[1:], current[1:]):
+        return ("these are current scales, amax of this very step / 448: that is current scaling (two passes over "
+                "memory: the amax first, then the cast). Delayed scaling quantizes step t with the scale of the "
+                "history of steps before t, and records step t's amax only after the cast")
+    if np.array_equal(got[1:], inclusive[1:]):
+        return ("your history already holds this step's amax when you compute its scale: quantize step t with the "
+                "scale of steps < t first, then append amax(x_t); otherwise it is current scaling in disguise")
+    for d in (-1, 1, 2):
+        if history_len + d >= 1 and np.array_equal(got, reference_steps(tensors, history_len + d)[1]):
+            return (f"off by {d:+d} in the history window: the scale of step t comes from the amaxes of steps "
+                    f"t-{history_len} .. t-1, the last history_len = {history_len} of them (a "
+                    f"collections.deque(maxlen=history_len), or history[-history_len:])")
+    if t == 0:
+        return ("step 0 has no history yet: Transformer Engine's initial scale is 1.0 (fp8lab.numerics.scaling keeps "
+                "it), so step 0 is quantized with scale 1.0")
+    if np.array_equal(got, reference_steps(tensors, history_len, "most_recent")[1]):
+        return "that is algo \"most_recent\" (the last amax): use the largest amax in the window, algo \"max\""
+    if _ulps(got[t], want[t]) <= 4:
+        return "off in the last bits: compute the scale as in question 1, rounded once to np.float32"
+    return None
+
+
+def _codes_hint(x, scale, got, want):
+    sat = (want & 0x7F) == 0x7E
+    if np.any(sat & ((got & 0x7F) == 0x7F)):
+        return ("elements beyond E4M3's range came out NaN (0x7F / 0xFF): the cast saturates, like PTX "
+                "cvt.rn.satfinite: formats.encode(x / scale) (saturate=True, the default) clamps them to +-448 "
+                "(0x7E / 0xFE); ml_dtypes' astype and saturate=False give NaN instead")
+    recip = ("you multiplied by 1 / scale (or FP8_MAX / amax, TE's way): that rounds twice, and a value next to "
+             "an E4M3 rounding tie can land on the other side; the cast here divides: "
+             "formats.encode(x / scale) in float32")
+    f64 = ("you divided in float64: keep x and the scale float32 (x / np.float32(scale)), so the quotient is "
+           "rounded to float32 first, as a kernel's float32 arithmetic would; formats.encode of a float64 "
+           "value rounds it once, directly, and differs next to a rounding tie")
+    with np.errstate(over="ignore"):
+        found = [h for h, codes in ((recip, formats.encode((x * (_F(1) / _F(scale))).astype(_F))),
+                                    (f64, formats.encode(x.astype(np.float64) / np.float64(scale))))
+                 if np.array_equal(got, codes)]
+    if found:  # on some draws both mistakes give these codes: name both
+        return " Or: ".join(found)
+    if np.array_equal(got, spec.quantize_tensor(x)[0]):
+        return ("these codes use the current scale (this step's own amax); quantize with the delayed scale you "
+                "return for this step")
+    return None
+
+
+@question
+def delayed_quantize_steps(fn, rng=None):
+    """Check `fn(tensors, history_len) -> (codes, scales)`: delayed scaling over a sequence of float32 tensors, E4M3,
+    algo "max", margin 0; scales and codes bit for bit against fp8lab.numerics.scaling.DelayedScaling.scale_for and
+    formats.encode(x / scale)."""
+    q = "delayed_quantize_steps"
+    if still_a_placeholder(fn):
+        raise NotAttempted(not_attempted_message(q, fn))
+    rng = np.random.default_rng() if rng is None else rng
+    cases = _steps_cases(rng)
+    n_sat = 0
+    for what, tensors, history_len in cases:
+        shown = f"delayed_quantize_steps(<{what}>, {history_len})"
+        copies = [x.copy() for x in tensors]
+        got = _call(q, fn, (copies, history_len), shown, "tensors is a list of float32 arrays (any shapes)")
+        codes, scales = _steps_output(q, got, tensors, shown)
+        want_codes, want_scales = reference_steps(tensors, history_len)
+        bad = np.flatnonzero(scales.view(np.int32) != want_scales.view(np.int32))
+        if len(bad):
+            t = int(bad[0])
+            amax = [float(np.max(np.abs(x))) for x in tensors]
+            fail(q, [f"{shown}: step {t}: scale {scales[t]!r}, expected {want_scales[t]!r}",
+                     f"  amax per step {np.array2string(np.array(amax), precision=3, threshold=20)}",
+                     f"  scales given  {np.array2string(scales, precision=4, threshold=20)}",
+                     f"  scales wanted {np.array2string(want_scales, precision=4, threshold=20)}"],
+                 _scales_hint(tensors, history_len, scales, want_scales, t))
+        for t, (c, w, x) in enumerate(zip(codes, want_codes, tensors)):
+            if not np.array_equal(c, w):
+                i = np.unravel_index(int(np.flatnonzero(c.reshape(-1) != w.reshape(-1))[0]), x.shape)
+                fail(q, [f"{shown}: step {t} (scale {want_scales[t]!r}): element {tuple(int(v) for v in i)}, "
+                         f"x = {float(x[i])!r}, x / scale = {float(_F(x[i]) / want_scales[t])!r}: code "
+                         f"0x{int(c[i]):02X}, expected 0x{int(w[i]):02X} "
+                         f"({int(np.count_nonzero(c != w))} of {c.size} codes differ)"],
+                     _codes_hint(x, want_scales[t], c, w))
+            n_sat += int(np.count_nonzero(np.abs(x) / want_scales[t] > _E4M3_MAX))
+    return (f"{len(cases)} sequences (a window edge, growth, a 16x spike, random magnitudes; {n_sat} elements "
+            "saturated to +-448): scales and codes bit for bit with fp8lab.numerics.scaling.DelayedScaling")
+
+
+# -------------------------------------------------------------------------------------- Q3: a spike, clipped
+
+
+def clipped(x, scale) -> int:
+    """Elements of x that the cast clips: formats.encode(x / scale) saturates them to +-448 where the
+    non-saturating cast (saturate=False) gives NaN, i.e. x / scale is beyond E4M3's range even after rounding."""
+    with np.errstate(over="ignore"):
+        codes = formats.encode((x / _F(scale)).astype(_F), formats.E4M3, saturate=False)
+    return int(np.count_nonzero((codes & 0x7F) == 0x7F))
+
+
+def _spike_cases(rng):
+    """(tensors, spike_step, history_len): N(0, 1) steps of slowly varying size, one step 16x larger; the spike
+    step holds a few elements whose x / delayed scale lies in (448, 464), which round to 448 without clipping."""
+    out = []
+    for hl in (1024, int(rng.integers(2, 6)), int(rng.integers(1, 1025))):
+        T = int(rng.integers(8, 17))
+        spike = int(rng.integers(3, T - 1))
+        shape = [(3001,), (37, 81), (5, 11, 23)][len(out)]
+        mags = np.exp(rng.normal(0.0, 0.1, T))
+        mags[spike] = 16.0 * mags[spike - 1]
+        tensors = [(rng.standard_normal(shape) * m).astype(_F) for m in mags]
+        ds = scaling.DelayedScaling(history_len=hl)
+        for x in tensors[:spike]:
+            ds.scale_for(x)
+        s = ds.scale
+        band = (rng.uniform(449.0, 463.0, 4) * np.float64(s)).astype(_F) * _F(rng.choice([-1, 1]))
+        flat = tensors[spike].reshape(-1)
+        top = int(np.argmax(np.abs(flat)))
+        where = rng.permutation(np.delete(np.arange(flat.size), top))[:4]
+        flat[where] = band
+        out.append((tensors, spike, hl))
+    return out
+
+
+def _counts(q, got, shown):
+    hint = "return a pair of ints: (clipped under delayed scaling, clipped under current scaling)"
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        fail(q, [f"{shown} returned {got!r}: expected a pair (delayed, current)"], hint)
+    out = []
+    for v in got:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, np.integer, float, np.floating)):
+            fail(q, [f"{shown} returned {got!r}: expected two counts"], hint)
+        if float(v) != int(v):
+            fail(q, [f"{shown} returned {got!r}: expected two counts (whole numbers of elements)"],
+                 "count elements (np.count_nonzero), not a fraction or a mean")
+        out.append(int(v))
+    return tuple(out)
+
+
+def _spike_hint(tensors, spike, hl, got, want):
+    x = tensors[spike]
+    steps = reference_steps(tensors, hl)[1]
+    s_del, s_cur = steps[spike], spec.quantize_tensor(x)[1]
+    over = lambda s: int(np.count_nonzero(np.abs(x / _F(s)) > _E4M3_MAX))  # noqa: E731
+    at448 = lambda s: int(np.count_nonzero((_cast(x, s) & 0x7F) == 0x7E))  # noqa: E731
+    if got == want[::-1]:
+        return "the order is (delayed, current)"
+    if got[0] in (0, clipped(x, s_cur)) or got[0] in (clipped(x, steps[spike + 1]),):
+        return ("delayed scaling clips most of the spike: step t is quantized with the scale of steps < t, whose "
+                f"largest amax ({float(s_del) * _E4M3_MAX:.3g}) is about 16x below the spike's "
+                f"({float(np.max(np.abs(x))):.3g}); every element above that old amax lands beyond 448 and is "
+                "clamped. The spike's own amax enters the history only after its cast (and then, with algo "
+                "\"max\", keeps the scale high for history_len steps). Take the scale of the spike step from the "
+                "steps before it (your delayed_quantize_steps)")
+    if got[0] in (clipped(tensors[spike - 1], steps[spike - 1]), clipped(tensors[spike + 1], steps[spike + 1])):
+        return f"count at the spike step, tensors[{spike}] (step numbers start at 0)"
+    over_hint = ("an element with 448 < x / scale <= 464 rounds to 448 anyway: it is not clipped. Count the elements "
+                 "that the non-saturating cast makes NaN: formats.encode(x / scale, saturate=False), codes 0x7F "
+                 "and 0xFF")
+    at448_hint = ("a code of +-448 is not clipping by itself (under current scaling the amax element lands exactly "
+                  "on 448): count the elements that the non-saturating cast makes NaN, formats.encode(x / scale, "
+                  "saturate=False) & 0x7F == 0x7F")
+    for mine, s in ((0, s_del), (1, s_cur)):  # the first wrong count decides
+        if got[mine] != want[mine]:
+            if got[mine] == at448(s):
+                return at448_hint
+            if got[mine] == over(s):
+                return over_hint
+            break
+    if got[1] != 0:
+        return ("current scaling takes the scale from the amax of the spike itself (amax / 448), so no element of "
+                "it is beyond 448 and nothing clips")
+    return None
+
+
+@question
+def clipped_at_spike(fn, rng=None):
+    """Check `fn(tensors, spike_step, history_len) -> (clipped delayed, clipped current)` at the spike step: the
+    delayed scale from fp8lab.numerics.scaling.DelayedScaling, the current one from
+    fp8lab.numerics.spec.quantize_tensor, clipped
+    elements counted by the non-saturating cast."""
+    q = "clipped_at_spike"
+    if still_a_placeholder(fn):
+        raise NotAttempted(not_attempted_message(q, fn))
+    rng = np.random.default_rng() if rng is None else rng
+    cases = _spike_cases(rng)
+    shares = []
+    for tensors, spike, hl in cases:
+        x = tensors[spike]
+        shown = f"clipped_at_spike(<{len(tensors)} tensors {x.shape}>, spike_step={spike}, history_len={hl})"
+        got = _call(q, fn, ([t.copy() for t in tensors], spike, hl), shown,
+                    "tensors is a list of float32 arrays; spike_step indexes it")
+        got = _counts(q, got, shown)
+        s_del = reference_steps(tensors[: spike + 1], hl)[1][spike]
+        want = (clipped(x, s_del), clipped(x, spec.quantize_tensor(x)[1]))
+        if got != want:
+            fail(q, [f"{shown}: returned {got}, expected (delayed, current) = {want} of {x.size} elements"],
+                 _spike_hint(tensors, spike, hl, got, want))
+        shares.append(want[0] / x.size)
+    return (f"{len(cases)} sequences with a 16x spike: delayed scaling clipped {min(shares):.0%} to "
+            f"{max(shares):.0%} of the spike's elements, current scaling none")

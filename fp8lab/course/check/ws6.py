@@ -1,308 +1,513 @@
-"""ws6: pipeline schedules: 1F1B's operation order by hand, Table 2's bubbles, and memory per device, all checked
-by timing and counting with fp8lab.comm.pipeline (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.2.1)."""
+"""ws6: limited-precision accumulation: Hopper's FP8 tensor-core accumulator as fp8lab.numerics.accum models it (13
+mantissa bits, truncation, alignment per group of 32), DeepSeek-V3's promotion to FP32 every N_C = 128 elements of K
+(arXiv 2412.19437, sections 3.3.2 and 3.5.2), and the error of both at K = 4096, checked against
+fp8lab.numerics.accum.dot_limited.
+
+The wrong-answer models below only choose a hint; right or wrong is always decided by fp8lab.numerics.accum."""
 
 from __future__ import annotations
 
-import dataclasses
+import ast
+import inspect
 import math
-import numbers
+import textwrap
 
 import numpy as np
 
-from ...comm import pipeline
-from ._core import NotAttempted, fail, not_attempted_message, question, still_a_placeholder, call_answer
+from ...numerics import accum, formats, spec
+from ._core import NotAttempted, call_answer, fail, not_attempted_message, question, still_a_placeholder
 
-__all__ = ["one_f_one_b", "table2_bubbles", "memory_per_device"]
+__all__ = ["accumulate_limited", "promoted_dot", "promotion_errors"]
+
+GROUP = accum.GROUP  # 32 products aligned together
+BITS = 13  # FP22's mantissa bits (Hopper's FP8 wgmma, measured in lecture 07)
+_WHY = "C"  # the letter of why_error_grows' right answer (the options A-D are in the worksheet)
+_REFERENCE_NAMES = {"dot_limited", "limited_step", "error_vs_k", "fp8_gemm"}
 
 
-# ---------------------------------------------------------------------------------------------- Q1: 1F1B orders
-
-_SHAPE_HINT = ("return one list per stage, e.g. for 2 stages and 2 micro-batches "
-               "[[('F', 0), ('F', 1), ('B', 0), ('B', 1)], [('F', 0), ('B', 0), ('F', 1), ('B', 1)]]")
+# ------------------------------------------------------------------------------------------------------- helpers
 
 
-def _orders(q, got, P, N):
-    """The learner's orders as [[(kind, m), ...] per stage], or a failure saying what is malformed."""
-    call = f"one_f_one_b({P}, {N})"
-    if isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
-        fail(q, [f"{call} returned {got!r}: expected a list of {P} lists of (kind, microbatch) pairs"], _SHAPE_HINT)
-    rows = [list(r) if hasattr(r, "__iter__") and not isinstance(r, (str, bytes)) else r for r in got]
-    if len(rows) != P or not all(isinstance(r, list) for r in rows):
-        fail(q, [f"{call} returned {len(rows)} items: expected {P} lists, one per stage"], _SHAPE_HINT)
-    out = []
-    for s, row in enumerate(rows):
-        pairs = []
-        for i, item in enumerate(row):
-            ok = isinstance(item, (tuple, list)) and len(item) == 2 and item[0] in ("F", "B", "W") \
-                and isinstance(item[1], (numbers.Integral, np.integer)) and not isinstance(item[1], bool)
-            if not ok:
-                fail(q, [f"{call}: stage {s}, item {i} is {item!r}: expected a pair such as ('F', 3)"], _SHAPE_HINT)
-            if item[0] == "W":
-                fail(q, [f"{call}: stage {s} lists {tuple(item)!r}"],
-                     "1F1B runs each backward whole (input and weight gradients together): list only ('F', m) "
-                     "and ('B', m); the split backward is ZB1P's and DualPipe's trick")
-            pairs.append((item[0], int(item[1])))
-        out.append(pairs)
-    for s, row in enumerate(out):
-        for kind in ("F", "B"):
-            seen = [m for k, m in row if k == kind]
-            if sorted(seen) != list(range(N)):
-                twice = sorted({m for m in seen if seen.count(m) > 1})
-                lack = sorted(set(range(N)) - set(seen))
-                odd = sorted(set(seen) - set(range(N)))
-                what = (f"('{kind}', {twice[0]}) twice" if twice else f"no ('{kind}', {lack[0]})" if lack
-                        else f"('{kind}', {odd[0]}), outside 0..{N - 1}")
-                fail(q, [f"{call}: stage {s} runs {what} ({len(seen)} '{kind}' in all, expected {N})"],
-                     f"every stage runs the forward and the backward of each micro-batch 0..{N - 1} exactly once: "
-                     "stage s runs w = min(PP-1-s, N) warm-up forwards, then N - w pairs (F, B), then w "
-                     "cool-down backwards: N of each")
+def _call(q, fn, call, args, hint):
+    """fn(*args), a learner's exception turned into a failure naming the call."""
+    return call_answer(q, fn, args, hint, call)
+
+
+def _calls_reference(fn) -> str | None:
+    """The fp8lab.numerics.accum / fp8_gemm function the answer's own source calls, if any (that would check itself)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name in _REFERENCE_NAMES:
+            return name
+    return None
+
+
+def _require_own_code(q, fn, instead):
+    used = _calls_reference(fn)
+    if used:
+        fail(q, [f"{getattr(fn, '__name__', 'your function')} calls {used}: that is what the check compares with"],
+             f"write the arithmetic yourself ({instead}); fp8lab.numerics.accum is the reference, not part of the "
+             "answer")
+
+
+def _as_number(q, got, call, hint):
+    try:
+        arr = np.asarray(got)
+        if arr.size != 1 or arr.dtype.kind not in "fiu":
+            raise TypeError
+        return float(arr.reshape(()))
+    except (TypeError, ValueError):
+        fail(q, [f"{call} returned {got!r}: expected one number"], hint)
+
+
+def _show(x: float) -> str:
+    """A value with its bits: 2049.75 (0x1.0038000000000p+11)."""
+    return f"{x!r} ({float(x).hex()})" if math.isfinite(x) else repr(x)
+
+
+def _fp8_values(rng, n, positive=False):
+    """n random finite E4M3 values (float32, decoded codes), both signs unless positive."""
+    codes = rng.integers(1, 0x7F, n).astype(np.uint8)  # 0x01..0x7E: nonzero, finite
+    if not positive:
+        codes |= (rng.integers(0, 2, n) << 7).astype(np.uint8)
+    return formats.decode(codes)
+
+
+def _uniform_e4m3(rng, k):
+    """U[0, 1) quantized to E4M3 per 1 x 128 tile, decoded (DeepSeek's experiment; the scales do not change
+    relative errors)."""
+    codes = spec.quantize(rng.random((1, k), dtype=np.float32), "tile")[0]
+    return formats.decode(codes)[0]
+
+
+# --------------------------------------------------------------------------- Q1: the limited accumulator by hand
+
+
+def _reference_sum(p, bits):
+    return float(accum.dot_limited(p, np.ones_like(p), bits)[0, 0])  # a product with 1 is exact
+
+
+def _round_bits(x, kept, rnd):
+    m, e = math.frexp(x)
+    return math.ldexp(float(rnd(math.ldexp(m, kept + 1))), e - kept - 1)
+
+
+def _max_exp(terms, zeros_count):
+    exps = [math.frexp(float(t))[1] for t in terms if t != 0 or zeros_count]
+    return max(exps) if exps else None
+
+
+def _model(p, bits, *, group=GROUP, rnd_terms=np.trunc, rnd_final=np.trunc, extra=0, acc_aligned=True,
+           zeros_count=False, final=True, align=True, drop_tail=False):
+    """The limited sum with one rule changed (the keywords name the usual mistakes); the defaults are the model."""
+    p = [float(v) for v in p]
+    kept = bits + extra
+    group = (len(p) or 1) if group is None else group
+    end = len(p) - len(p) % group if drop_tail else len(p)
+    acc = 0.0
+    for k0 in range(0, end, group):
+        terms = p[k0:k0 + group] + ([acc] if acc_aligned else [])
+        E = _max_exp(terms, zeros_count)
+        if E is None:
+            continue
+        if align:
+            ulp = math.ldexp(1.0, E - kept - 1)
+            s = math.fsum(float(rnd_terms(t / ulp)) * ulp for t in terms)
+        else:  # each term cut to kept bits on its own, then added exactly
+            s = math.fsum(_round_bits(t, kept, rnd_terms) for t in terms)
+        if not acc_aligned:
+            s = acc + (_round_bits(s, kept, rnd_final) if final else s)
+        acc = _round_bits(s, kept, rnd_final) if final else s
+    return acc
+
+
+def _q1_variants(bits):
+    """(label, function of products, hint): the mistakes the check recognizes, in the order they are tried."""
+    trunc = ("truncate toward zero: np.trunc (or int()) of term / ulp, and of the mantissa when you normalize "
+             "the sum. Hopper's accumulator drops the bits below its last kept bit; it never rounds up (lecture "
+             "06: 1.875 next to 2^11 adds 1.75, not 2)")
+    floor = ("truncate toward zero (np.trunc), not down (np.floor, or // on a negative number): -1.5 next to "
+             "2^13 adds -1, not -2; for negative terms floor moves away from zero")
+    bits_hint = (f"bits = {bits} counts the mantissa bits after the leading 1, so bits + 1 significant bits are "
+                 "kept: with np.frexp's exponent E of the largest term (x = m * 2^E, 0.5 <= |m| < 1), the last "
+                 "kept bit is ulp = 2^(E - bits - 1)")
+    return [
+        ("round", lambda p: _model(p, bits, rnd_terms=np.rint, rnd_final=np.rint), trunc),
+        ("round terms", lambda p: _model(p, bits, rnd_terms=np.rint), trunc),
+        ("round sum", lambda p: _model(p, bits, rnd_final=np.rint), trunc),
+        ("floor", lambda p: _model(p, bits, rnd_terms=np.floor, rnd_final=np.floor), floor),
+        ("floor terms", lambda p: _model(p, bits, rnd_terms=np.floor), floor),
+        ("floor sum", lambda p: _model(p, bits, rnd_final=np.floor), floor),
+        ("zeros count", lambda p: _model(p, bits, zeros_count=True),
+         "zero terms take no part in choosing E (np.frexp(0) says exponent 0, which would win over every term "
+         "below 0.5): that includes the accumulator before the first group"),
+        ("no final truncation", lambda p: _model(p, bits, final=False),
+         "after adding the aligned terms, normalize and truncate the sum to bits mantissa bits again: a carry "
+         "(1.0001 + 1.0001 + 1.0001 = 3.0003) adds a bit in front, so one bit more falls off at the end"),
+        ("one bit more", lambda p: _model(p, bits, extra=1), "one bit too many: " + bits_hint),
+        ("two bits more", lambda p: _model(p, bits, extra=2), "two bits too many: " + bits_hint),
+        ("one bit less", lambda p: _model(p, bits, extra=-1),
+         "one bit too few (np.frexp's mantissa is in [0.5, 1): scale it by 2^(bits + 1), not 2^bits): " + bits_hint),
+        ("exact", lambda p: math.fsum(float(v) for v in p),
+         "this is the exact sum: the limited accumulator keeps only bits + 1 significant bits and truncates the "
+         "rest, at two places: each term below the group's last kept bit, and the normalized sum"),
+        ("float32 k order", lambda p: float(np.cumsum(np.asarray(p, np.float32), dtype=np.float32)[-1])
+         if len(p) else 0.0, "this is a float32 (FP32) sum: the limited accumulator keeps only bits + 1 "
+         "significant bits and truncates"),
+        ("float32 sum", lambda p: float(np.sum(np.asarray(p, np.float32), dtype=np.float32)),
+         "this is a float32 (FP32) sum: the limited accumulator keeps only bits + 1 significant bits and "
+         "truncates"),
+        ("bits 13", lambda p: _model(p, BITS), f"use the `bits` argument ({bits} here), not a fixed 13"),
+        ("not aligned", lambda p: _model(p, bits, align=False),
+         "align every term of a group to the group's LARGEST exponent: a small term loses every bit below the "
+         "largest term's last kept bit (ulp = 2^(E - bits - 1)), not just the bits beyond its own bits + 1. "
+         "Lecture 07: next to 2^8, fifteen products of 2^-6 all vanish"),
+        ("accumulator apart", lambda p: _model(p, bits, acc_aligned=False),
+         "the running accumulator is one more addend of each group: choose E over the 32 products AND the "
+         "accumulator, truncate all 33 terms to that ulp, add them, then normalize and truncate once"),
+        ("one term at a time", lambda p: _model(p, bits, group=1),
+         f"the accumulator works on groups of {GROUP} products (fp8lab.numerics.accum.GROUP): all {GROUP} are "
+         "aligned to the largest of them and the accumulator together, not added one at a time"),
+        ("one group", lambda p: _model(p, bits, group=None),
+         f"align groups of {GROUP} consecutive products, one group at a time (the running sum carried from "
+         "group to group), not the whole array at once"),
+        ("groups of 16", lambda p: _model(p, bits, group=16), f"groups of {GROUP}, not 16"),
+        ("groups of 64", lambda p: _model(p, bits, group=64), f"groups of {GROUP}, not 64"),
+        ("tail dropped", lambda p: _model(p, bits, drop_tail=True),
+         f"the last group may be short (len(products) need not be a multiple of {GROUP}): add it too"),
+    ]
+
+
+def _q1_cases(rng):
+    """(label, float32 products, bits): crafted cases (lecture 07's probes among them) first, then random."""
+    f = np.float32
+
+    def arr(*vals):
+        return np.array(vals, f)
+
+    cases = [
+        ("1 next to 2^14 vanishes", arr(2.0**14, 1.0), BITS),
+        ("1.875 next to 2^11 adds 1.75", arr(2.0**11, 1.875), BITS),
+        ("-1.5 next to 2^13 adds -1", arr(2.0**13, -1.5), BITS),
+        ("a negative sum", arr(-(2.0**13), -1.5, -0.75), BITS),
+        ("fifteen 2^-6 next to 2^8 vanish", arr(2.0**8, *[2.0**-6] * 15), BITS),
+        ("the last kept bit", arr(1.0, 2.0**-13), BITS),
+        ("just below the last kept bit", arr(1.0, 2.0**-14), BITS),
+        ("a carry", arr(1 + 2.0**-13, 1 + 2.0**-13, 1 + 2.0**-13), BITS),
+        ("carries", arr(*[1 + 2.0**-13] * 31), BITS),
+        ("small products first", arr(*[2.0**-14] * 31, 1.0), BITS),
+        ("a full group, then a large product", arr(*[1.0] * 32, 2.0**14), BITS),
+        ("the accumulator in the next group", arr(2.0**14, *[0.0] * 31, *[1.0] * 32), BITS),
+        ("all products below 2^-3", (rng.uniform(2.0**-10, 2.0**-4, 40) * 1.0001).astype(f), BITS),
+        ("7 bits", arr(1.0, 2.0**-7, 2.0**-8, 2.0**-8), 7),
+        ("a cancellation", arr(3.0, -3.0 + 2.0**-20, 2.0**-22), BITS),
+    ]
+    with_zeros = _fp8_values(rng, 70) * _fp8_values(rng, 70)
+    with_zeros[rng.random(70) < 0.3] = 0
+    cases.append(("products with zeros", with_zeros, BITS))
+    for n in (45, 97, *rng.integers(1, 400, 5)):
+        cases.append(("random E4M3 products", _fp8_values(rng, int(n)) * _fp8_values(rng, int(n)), BITS))
+    for n in rng.integers(300, 700, 3):
+        a, b = _uniform_e4m3(rng, int(n)), _uniform_e4m3(rng, int(n))
+        cases.append(("positive products (U[0,1) in E4M3)", a * b, BITS))
+    for n in rng.integers(50, 300, 3):
+        cases.append(("random float32 values", rng.standard_normal(int(n), dtype=f), BITS))
+    for n, bits in zip(rng.integers(20, 300, 4), rng.integers(3, 24, 4)):
+        cases.append((f"{bits} bits", _fp8_values(rng, int(n)) * _fp8_values(rng, int(n)), int(bits)))
+    return [(lab, np.ascontiguousarray(p, f), b) for lab, p, b in cases]
+
+
+def _describe(p):
+    if len(p) <= 6:
+        return "[" + ", ".join(repr(float(v)) for v in p) + "]"
+    return f"{len(p)} products"
+
+
+def _best_hint(explained):
+    """explained: per wrong result, the list of (matches, hint) of every known mistake; the hint of the mistake
+    that explains the most of them, or of every mistake tied for the most (two models can agree on every case a
+    draw gives), None if none explains any."""
+    counts = {}
+    for row in explained:
+        for j, (match, hint) in enumerate(row):
+            counts.setdefault(j, [0, hint])[0] += bool(match)
+    most = max((c[0] for c in counts.values()), default=0)
+    if not most:
+        return None
+    return " Or: ".join(dict.fromkeys(h for n, h in counts.values() if n == most))
+
+
+@question
+def accumulate_limited(fn, rng=None):
+    """Check `fn(products, bits) -> float`: the limited accumulator's sum of a 1-D float32 array, bit for bit
+    equal to fp8lab.numerics.accum.dot_limited(products, ones, bits) on crafted and random inputs."""
+    q = "accumulate_limited"
+    if still_a_placeholder(fn):
+        raise NotAttempted(not_attempted_message(q, fn))
+    _require_own_code(q, fn, "np.frexp, np.ldexp and np.trunc, a group of 32 at a time")
+    rng = np.random.default_rng() if rng is None else rng
+    cases = _q1_cases(rng)
+    hint = "return the accumulator's value, one float"
+    gots, wants = [], []
+    for label, p, bits in cases:
+        call = f"accumulate_limited({_describe(p)}, bits={bits})"
+        gots.append(_as_number(q, _call(q, fn, call, (p.copy(), bits), hint), call, hint))
+        wants.append(_reference_sum(p, bits))
+    bad = [i for i, (g, w) in enumerate(zip(gots, wants)) if g != w]  # NaN is never equal
+    if bad:
+        explained = [[(_safe(f, cases[i][1]) == gots[i], h) for _, f, h in _q1_variants(cases[i][2])] for i in bad]
+        h = _best_hint(explained)
+        lines = [f"{len(bad)} of {len(cases)} sums differ from fp8lab.numerics.accum's, e.g."]
+        for i in bad[:3]:
+            label, p, bits = cases[i]
+            lines.append(f"  accumulate_limited({_describe(p)}, bits={bits}) [{label}]: returned {_show(gots[i])}, "
+                         f"expected {_show(wants[i])}")
+        fail(q, lines, h or "follow the model step by step on the first case above: terms = the group's products + "
+                             "acc; E = max frexp exponent of the nonzero terms; ulp = 2^(E - bits - 1); t = sum of "
+                             "trunc(term / ulp); acc = t * ulp truncated to bits mantissa bits")
+    return (f"{len(cases)} sums (lecture 07's probes, carries, zeros, negative, positive and random products, "
+            "bits 3..23) equal fp8lab.numerics.accum's, bit for bit")
+
+
+def _safe(f, *args):
+    try:
+        return float(f(*args))
+    except Exception:  # a variant that cannot run on this input explains nothing
+        return None
+
+
+# ------------------------------------------------------------------------------ Q2: promotion every promote_every
+
+
+def _chunked(a, b, bits, bounds, *, fp64=False, reset=True, assign=False):
+    """FP32 total of dot_limited over the chunks between `bounds` (a mistake model when bounds or flags are off)."""
+    total = 0.0 if fp64 else np.float32(0)
+    start = 0
+    for stop in bounds:
+        part = accum.dot_limited(a[start if reset else 0:stop], b[start if reset else 0:stop], bits)[0, 0]
+        if assign:
+            total = part
+        elif fp64:
+            total = total + float(part)
+        else:
+            total = np.float32(total + part)
+        start = stop
+    return float(np.float32(total))
+
+
+def _bounds(K, first, step, tail=True):
+    """Chunk ends first, first + step, ... below K, then K (when tail)."""
+    out = list(range(first, K, step)) if first < K else []
+    if tail:
+        out.append(K)
     return out
 
 
-def _forwards_first(orders):
-    """Per stage: the forwards listed before its first backward (1F1B: PP-1-s warm-ups + 1, at most N)."""
-    return [next((i for i, (k, _) in enumerate(row) if k == "B"), len(row)) for row in orders]
+def _q2_variants(a, b, bits, P):
+    K = len(a)
+    if P is None:
+        return [("bits 13", _safe(lambda: _chunked(a, b, BITS, [K])), f"use the `bits` argument ({bits} here)"),
+                ("FP32", _safe(lambda: float(accum.dot_limited(a, b, None)[0, 0])),
+                 "promote_every=None means no promotion: the whole dot product in the limited accumulator, "
+                 "your accumulate_limited(a * b, bits)")]
+    reset_hint = ("reset the limited accumulator to 0 after each promotion: otherwise every partial sum is added "
+                  "to the FP32 total again at every later promotion")
+    return [
+        ("no promotion", _safe(lambda: _chunked(a, b, bits, [K])),
+         f"promote_every={P} was ignored: after every {P} elements of K, add the limited sum to the FP32 total "
+         "and restart the limited accumulator from 0"),
+        ("every group", _safe(lambda: _chunked(a, b, bits, _bounds(K, GROUP, GROUP))),
+         f"promote after every promote_every = {P} elements of K, not after every group of {GROUP}"),
+        ("every P groups", _safe(lambda: _chunked(a, b, bits, _bounds(K, P * GROUP, P * GROUP))),
+         f"promote_every counts elements of K, not groups of {GROUP}: N_C = 128 is 4 groups (4 WGMMAs)"),
+        ("one group late", _safe(lambda: _chunked(a, b, bits, _bounds(K, P + GROUP, P))),
+         f"the first promotion comes after elements 0 .. {P - 1}: promote when (k0 + {GROUP}) % promote_every == 0 "
+         "AFTER adding the group that starts at k0 (or cut a * b into chunks a[i:i + promote_every])"),
+        ("one group early", _safe(lambda: _chunked(a, b, bits, _bounds(K, GROUP, P))),
+         f"the first promotion comes after elements 0 .. {P - 1}, not after the first group: test k0 % "
+         "promote_every == 0 BEFORE adding the group at k0, or (k0 + 32) % promote_every == 0 after it"),
+        ("promoted early", _safe(lambda: _chunked(a, b, bits, _bounds(K, P - GROUP, P))),
+         f"promote after the group that ends at element {P - 1}, i.e. when (k0 + {GROUP}) % promote_every == 0"),
+        ("no reset", _safe(lambda: _chunked(a, b, bits, _bounds(K, P, P), reset=False)), reset_hint),
+        ("no reset, the end twice", _safe(lambda: _chunked(a, b, bits, list(range(P, K + 1, P)) + [K], reset=False)),
+         reset_hint),
+        ("assigned", _safe(lambda: _chunked(a, b, bits, _bounds(K, P, P), assign=True)),
+         "ADD each promoted partial sum to the FP32 total (total += partial): assigning keeps only the last one"),
+        ("tail dropped", _safe(lambda: _chunked(a, b, bits, _bounds(K, P, P, tail=K % P == 0))),
+         f"promote the last, partial chunk too: K = {K} is not a multiple of promote_every = {P}"),
+        ("float64 total", _safe(lambda: _chunked(a, b, bits, _bounds(K, P, P), fp64=True)),
+         "add the partial sums in float32, as the CUDA cores' FP32 registers do: total = np.float32(total + "
+         "np.float32(partial)); a float64 total rounds differently"),
+        ("bits 13", _safe(lambda: _chunked(a, b, BITS, _bounds(K, P, P))), f"use the `bits` argument ({bits} here)"),
+        ("FP32", _safe(lambda: float(accum.dot_limited(a, b, None)[0, 0])),
+         "this is an FP32 dot product: inside each chunk of promote_every the sum is the limited one "
+         "(your accumulate_limited); only the chunks' sums are added in FP32"),
+    ]
 
 
-def _deadlock_hint(orders, P):
-    for s, row in enumerate(orders):
-        pos = {op: i for i, op in enumerate(row)}
-        early = [m for k, m in row if k == "B" and pos[("B", m)] < pos[("F", m)]]
-        if early:
-            return (f"stage {s} lists ('B', {early[0]}) before ('F', {early[0]}): a backward needs its own "
-                    "forward's activations (and the next stage's backward), so it comes after both")
-    first = _forwards_first(orders)
-    if first[-1] > first[0]:
-        return ("the warm-up counts are reversed: stage 0 needs the most warm-up forwards (PP-1 = "
-                f"{P - 1}) and the last stage none, since stage 0's first backward arrives only after "
-                "micro-batch 0 went down and back up the whole pipeline; stage s runs PP-1-s")
-    return ("a backward of micro-batch m on stage s waits for m's backward on stage s+1, which waits for the "
-            "forwards stage s+1 listed before it, which wait for stage s's forwards: stage s must run PP-1-s "
-            "warm-up forwards before its first backward, then alternate F and B")
-
-
-def _one_f_one_b_cases(rng):
-    fixed = [(4, 4, 1, 2), (4, 10, 1, 2), (5, 7, 2, 3), (2, 3, 1, 1), (8, 12, 3, 5)]
-    rand = [(int(P), int(P + rng.integers(0, P + 4)), int(rng.integers(1, 6)), int(rng.integers(1, 9)))
-            for P in rng.integers(3, 10, 4)]
-    return fixed + rand
+def _q2_cases(rng):
+    """(label, a, b, bits, promote_every)."""
+    f = np.float32
+    cases = [
+        ("positive, K = 256", *(_uniform_e4m3(rng, 256) for _ in range(2)), BITS, 128),
+        ("positive, K = 300 (a partial last chunk)", *(_uniform_e4m3(rng, 300) for _ in range(2)), BITS, 128),
+        ("positive, K = 1000, promote every 32", *(_uniform_e4m3(rng, 1000) for _ in range(2)), BITS, 32),
+        ("positive, K = 777, promote every 64", *(_uniform_e4m3(rng, 777) for _ in range(2)), BITS, 64),
+        ("positive, K = 600, promote every 96", *(_uniform_e4m3(rng, 600) for _ in range(2)), BITS, 96),
+        ("positive, K = 1100, promote every 256", *(_uniform_e4m3(rng, 1100) for _ in range(2)), BITS, 256),
+        ("no promotion, K = 500", *(_uniform_e4m3(rng, 500) for _ in range(2)), BITS, None),
+        ("mixed signs, K = 1000", _fp8_values(rng, 1000), _fp8_values(rng, 1000), BITS, 64),
+        ("10 bits, K = 517", *(_uniform_e4m3(rng, 517) for _ in range(2)), 10, 128),
+    ]
+    big = _uniform_e4m3(rng, 32 + 640) * f(2.0**-12), _uniform_e4m3(rng, 32 + 640) * f(2.0**-12)
+    for v in big:  # a first chunk of about 2^22.6, then chunks below half its float32 ulp (0.5): each vanishes
+        v[:32] = spec.FP8_MAX["e4m3"]  # E4M3's largest value
+    cases.append(("a large first chunk", *big, BITS, 32))
+    cases.append(("positive, K = 2100, promote every 32", *(_uniform_e4m3(rng, 2100) for _ in range(2)), BITS, 32))
+    for K, P in zip(rng.integers(33, 1500, 6), rng.choice([32, 64, 96, 128, 256, 0], 6)):
+        a, b = (_fp8_values(rng, int(K), positive=True) for _ in range(2)) if rng.random() < 0.5 else \
+            (_uniform_e4m3(rng, int(K)) for _ in range(2))
+        cases.append((f"random, K = {K}", a, b, BITS, None if P == 0 else int(P)))
+    return [(lab, np.ascontiguousarray(a, f), np.ascontiguousarray(b, f), bits, P) for lab, a, b, bits, P in cases]
 
 
 @question
-def one_f_one_b(fn, rng=None):
-    """Check `fn(stages, microbatches) -> [[(kind, m), ...] per stage]`: 1F1B's operation order. Each answer is
-    timed with pipeline.time_orders for random F, B; every dependency must hold (Timeline.check), the bubble must
-    be (PP-1)(F+B) and stage s must hold at most PP-s micro-batches' activations."""
-    q = "one_f_one_b"
+def promoted_dot(fn, rng=None):
+    """Check `fn(a, b, bits, promote_every) -> float`: the dot product of two 1-D arrays of E4M3 values, limited
+    accumulation inside each chunk of promote_every elements (None: one chunk), float32 across chunks; bit for
+    bit equal to fp8lab.numerics.accum.dot_limited(a, b, bits, promote_every=promote_every)."""
+    q = "promoted_dot"
     if still_a_placeholder(fn):
         raise NotAttempted(not_attempted_message(q, fn))
+    _require_own_code(q, fn, "your accumulate_limited on each chunk of a * b, and a float32 total")
     rng = np.random.default_rng() if rng is None else rng
-    cases = _one_f_one_b_cases(rng)
-    for P, N, F, B in cases:
-        call = f"one_f_one_b({P}, {N})"
-        orders = _orders(q, call_answer(q, fn, (P, N), _SHAPE_HINT), P, N)
+    cases = _q2_cases(rng)
+    hint = "return the FP32 total, one float"
+    gots, wants = [], []
+    for label, a, b, bits, P in cases:
+        call = f"promoted_dot(a, b, bits={bits}, promote_every={P}) with K = {len(a)} [{label}]"
         try:
-            tl = pipeline.time_orders(orders, F, B).check()
-        except ValueError as e:
-            fail(q, [f"{call}: {e}"[:700]], _deadlock_hint(orders, P))
-        except AssertionError as e:  # the timing pass broke a dependency: a library bug, reported as such
-            fail(q, [f"{call}: the timeline is invalid: {e}"[:700]])
-        want = (P - 1) * (F + B)
-        first, full = _forwards_first(orders), [min(P - s, N) for s in range(P)]
-        if tl.bubble != want:
-            short = [s for s in range(P) if first[s] < full[s]]
-            hint = (f"too few warm-up forwards: stage {short[0]} runs {first[short[0]]} forwards before its first "
-                    f"backward; 1F1B runs PP-1-s = {P - 1 - short[0]} warm-ups, then the steady phase's first "
-                    f"forward, so {full[short[0]]}: the pipeline is full when the first backward comes back"
-                    if short else
-                    "after w = PP-1-s warm-up forwards, run one forward and one backward in turn (F of micro-batch "
-                    "w + i, then B of micro-batch i), then the w remaining backwards")
-            fail(q, [f"{call} with F={F}, B={B}: the bubble is {tl.bubble}, expected (PP-1)(F+B) = {want} "
-                     f"(makespan {tl.makespan}, each stage busy N(F+B) = {N * (F + B)})"], hint)
-        peaks = list(tl.peak_activations)
-        expect = [min(P - s, N) for s in range(P)]
-        if any(p > e for p, e in zip(peaks, expect)):
-            s = next(i for i in range(P) if peaks[i] > expect[i])
-            if all(f == N for f in first):
-                hint = (f"this is GPipe's order (all forwards, then all backwards): the same bubble, but every stage "
-                        f"holds all N = {N} micro-batches' activations at once, so memory grows with N; 1F1B "
-                        f"starts backwards after PP-1-s warm-ups, so stage s holds at most PP-s, whatever N")
-            elif first[s] > full[s]:
-                hint = (f"too many warm-up forwards: stage {s} runs {first[s]} forwards before its first backward, "
-                        f"1F1B {full[s]} (PP-1-s = {P - 1 - s} warm-ups, then the steady phase's first forward); "
-                        "they already fill the pipeline, each extra one only holds more activations")
-            else:
-                hint = ("after the warm-up, alternate strictly: one forward, then one backward, so the number of "
-                        "micro-batches in flight stays at PP-s")
-            fail(q, [f"{call}: stage {s} holds up to {peaks[s]} micro-batches' activations, expected at most "
-                     f"PP-s = {expect[s]} (peaks per stage {peaks}, 1F1B's {expect})"], hint)
-    return (f"{len(cases)} pipelines (PP 2..9, up to {max(n for _, n, _, _ in cases)} micro-batches, random F, B): "
-            "every dependency holds, bubble (PP-1)(F+B), stage s holds PP-s micro-batches at most")
+            got = fn(a.copy(), b.copy(), bits, P)
+        except NotImplementedError as e:  # the answer is written, but calls one that is not (Q1's)
+            raise NotAttempted(f"not attempted yet: {call} called a function that still raises "
+                               f"NotImplementedError ({e}): answer question 1 first, run its cell, then this "
+                               "check again") from None
+        except Exception as e:
+            fail(q, [f"{call} raised {type(e).__name__}: {e}"[:600]], hint)
+        gots.append(_as_number(q, got, call, hint))
+        wants.append(float(accum.dot_limited(a, b, bits, promote_every=P)[0, 0]))
+    bad = [i for i, (g, w) in enumerate(zip(gots, wants)) if g != w]  # NaN is never equal
+    if bad:
+        explained = [[(v == gots[i], h) for _, v, h in _q2_variants(*cases[i][1:])] for i in bad]
+        lines = [f"{len(bad)} of {len(cases)} dot products differ from fp8lab.numerics.accum.dot_limited's, e.g."]
+        for i in bad[:3]:
+            label, a, b, bits, P = cases[i]
+            lines.append(f"  promoted_dot(a, b, bits={bits}, promote_every={P}) with K = {len(a)} [{label}]: "
+                         f"returned {_show(gots[i])}, expected {_show(wants[i])} "
+                         f"(exact {math.fsum(a.astype(np.float64) * b):.9g})")
+        fail(q, lines, _best_hint(explained) or
+             "cut a * b into chunks of promote_every elements (the last may be shorter), sum each with "
+             "accumulate_limited (a fresh accumulator per chunk), and add the chunks' sums in float32")
+    return (f"{len(cases)} dot products (K up to 2100, promote_every 32..256 and None, partial last chunks) equal "
+            "fp8lab.numerics.accum.dot_limited's, bit for bit")
 
 
-# ------------------------------------------------------------------------------------------ Q2: Table 2's bubbles
+# ------------------------------------------------------------------------------------ Q3: the error at K = 4096
 
 
-def _table2_variants(PP, F, B, W, FB):
-    """(1F1B, DualPipe) wrong formulas and what each forgets, tried in order for a hint."""
-    half = PP / 2 - 1
-    one = [
-        (PP * (F + B), "1F1B: (PP-1)(F+B), not PP(F+B): the last stage starts after PP-1 forwards and stage 0 "
-                       "finishes PP-1 backwards after the last stage"),
-        ((PP - 1) * (F + B - 2 * W), "(PP-1)(F+B-2W) is ZB1P's bubble; 1F1B runs each backward whole, so nothing "
-                                     "fills its bubble: (PP-1)(F+B)"),
+_WHY_HINTS = {
+    "A": "a product of two E4M3 values has at most 4 x 4 = 8 significant bits: it is exact in FP32 and in FP22's "
+         "14 bits (your promoted_dot formed the products exactly). Bits are lost when a product is added to a "
+         "larger sum",
+    "B": "FP22 has FP32's 8 exponent bits: it reaches about 3.4e38, and 4096 products of at most 448 x 448 sum to "
+         "under 1e9. Range is not the problem, precision is",
+    "D": "truncation is not random: it always moves toward zero, so with positive inputs every product loses a "
+         "little in the same direction and the losses add up (your errors: y is below the exact sum each time). "
+         "That is why the error grows like K, and why restarting the sum every 128 helps",
+}
+
+
+def _q3_cases(rng):
+    return [(k, _uniform_e4m3(rng, k), _uniform_e4m3(rng, k)) for k in (4096, 1000)]
+
+
+def _q3_variants(a, b, exact, y0, y1):
+    e32 = float(np.dot(a, b))  # the "exact" sum in float32
+
+    def rel(y, ex=exact):
+        return abs(y - ex) / abs(ex)
+
+    y14 = [float(accum.dot_limited(a, b, 14, promote_every=P)[0, 0]) for P in (None, 128)]
+    f32 = float(accum.dot_limited(a, b, None)[0, 0])
+    return [
+        ((rel(y1), rel(y0)), "the order is (error without promotion, error with promotion every 128)"),
+        ((100 * rel(y0), 100 * rel(y1)), "return fractions (0.01 for 1%), not percentages"),
+        ((abs(y0 - exact), abs(y1 - exact)), "the relative error: |y - exact| / |exact|, not |y - exact|"),
+        (((y0 - exact) / exact, (y1 - exact) / exact), "take the absolute value: |y - exact| / |exact|"),
+        (((y0 - exact) / y0, (y1 - exact) / y1), "divide by |exact|, not by y, and take the absolute value"),
+        ((abs(y0 - exact) / abs(y0), abs(y1 - exact) / abs(y1)), "divide by |exact|, not by |y|"),
+        ((rel(y0, e32), rel(y1, e32)), "compute the exact sum in float64 (np.dot of float64 arrays, or math.fsum): "
+                                       "a float32 sum has errors of its own, comparable to the promoted one's"),
+        ((rel(y0, f32), rel(y1, f32)), "compare with the exact sum (float64), not with an FP32 accumulation"),
+        ((rel(y14[0]), rel(y14[1])), "FP22 keeps 13 mantissa bits (14 significant bits with the leading 1: "
+                                     "DeepSeek's 'about 14 bits'): bits = 13"),
+        ((rel(f32), rel(y1)), "without promotion means the limited accumulator over all of K: promote_every=None"),
+        ((rel(y0), rel(float(accum.dot_limited(a, b, BITS, promote_every=32)[0, 0]))),
+         "promote every N_C = 128 elements, as DeepSeek-V3 does"),
     ]
-    dual = [
-        ((PP - 1) * (FB + B - 3 * W), "DualPipe: (PP/2-1), not (PP-1): micro-batches enter from both ends, so "
-                                      "each direction fills only half the pipeline before the two meet"),
-        (PP / 2 * (FB + B - 3 * W), "DualPipe: (PP/2-1), not PP/2"),
-        (half * (FB + B), "DualPipe: (PP/2-1)(F&B+B-3W): the -3W is missing (the weight gradients, split off "
-                          "their backwards, fill part of the bubble)"),
-        (half * (FB + B - 2 * W), "DualPipe: -3W, not -2W"),
-        (half * (F + B + B - 3 * W), "DualPipe: F&B is FB (the overlapped forward + backward pair's time), not "
-                                     "F + B: the overlap is what shortens it"),
-        (half * (F + B - 3 * W), "DualPipe: (PP/2-1)(F&B+B-3W): F&B (the overlapped pair, FB) plus a whole B"),
-    ]
-    return one, dual
-
-
-def _table2_cases(rng):
-    cases = [(16, 1, 2, 1, 2.5), (8, 1, 2, 1, 3), (4, 3, 5, 2, 6)]
-    for _ in range(8):
-        PP = int(rng.integers(2, 33)) * 2
-        F = float(rng.uniform(0.5, 4.0))
-        W = F * float(rng.uniform(0.1, 1.0))
-        B = F + W
-        cases.append((PP, F, B, W, B + F * float(rng.uniform(0.0, 1.0))))
-    return cases
 
 
 @question
-def table2_bubbles(fn, rng=None):
-    """Check `fn(PP, F, B, W, FB) -> (bubble of 1F1B, bubble of DualPipe)` by DeepSeek-V3's Table 2 against
-    pipeline.table2 (relative tolerance 1e-9), on the DeepSeek-V3-like case PP=16, F=1, B=2, W=1, F&B=2.5 and
-    random ones."""
-    q = "table2_bubbles"
+def promotion_errors(fn, why, rng=None):
+    """Check `fn(a, b) -> (error without promotion, error with promotion every 128)`, the relative errors |y - exact| /
+    |exact| of 13-bit limited dot products, recomputed with fp8lab.numerics.accum on fresh U[0, 1) inputs in E4M3 (K =
+    4096 and 1000); and `why() -> letter`, why the error grows with K."""
+    q = "promotion_errors"
     if still_a_placeholder(fn):
         raise NotAttempted(not_attempted_message(q, fn))
+    _require_own_code(q, fn, "call your promoted_dot")
     rng = np.random.default_rng() if rng is None else rng
-    first = None
-    for PP, F, B, W, FB in _table2_cases(rng):
-        args = (PP, F, B, W, FB)
-        got = call_answer(q, fn, args, "return a pair of numbers: (1F1B's bubble, DualPipe's bubble)")
+    shape_hint = "return a pair (err_without_promotion, err_promote_every_128), e.g. (0.08, 0.0005)"
+    seen = []
+    for K, a, b in _q3_cases(rng):
+        call = f"promotion_errors(a, b) with K = {K}"
         try:
-            one, dual = (float(v) for v in got)
+            got = fn(a.copy(), b.copy())
+        except NotImplementedError as e:
+            raise NotAttempted(f"not attempted yet: {call} called a function that still raises "
+                               f"NotImplementedError ({e}): answer questions 1 and 2 first, run their cells, then "
+                               "this check again") from None
+        except Exception as e:
+            fail(q, [f"{call} raised {type(e).__name__}: {e}"[:600]], shape_hint)
+        try:
+            e0, e1 = (float(np.asarray(v).reshape(())) for v in got)
         except (TypeError, ValueError):
-            fail(q, [f"table2_bubbles{args} returned {got!r}: expected a pair of numbers"],
-                 "return a tuple (bubble_1f1b, bubble_dualpipe)")
-        t2 = pipeline.table2(PP, F, B, W, FB)
-        want1, want2 = t2["1f1b"]["bubble"], t2["dualpipe"]["bubble"]
-
-        def same(a, b):
-            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)  # times are about 1
-
-        if same(one, want2) and same(dual, want1) and not same(want1, want2):
-            fail(q, [f"table2_bubbles{args} returned ({one:g}, {dual:g}): expected ({want1:g}, {want2:g})"],
-                 "the order is (1F1B, DualPipe)")
-        wrong1, wrong2 = _table2_variants(PP, F, B, W, FB)
-        for value, want, variants, name in ((one, want1, wrong1, "1F1B"), (dual, want2, wrong2, "DualPipe")):
-            if not same(value, want):
-                hint = next((h for v, h in variants if same(value, v)),
-                            f"Table 2 gives {name} the bubble {pipeline.FORMULAS[name.lower()]}, where F&B is FB")
-                fail(q, [f"table2_bubbles{args}: {name}'s bubble is {value:g}, expected {want:g}"], hint)
-        if first is None:
-            first = (want1, want2)
-    return (f"PP=16, F=1, B=2, W=1, F&B=2.5: 1F1B {first[0]:g}, DualPipe {first[1]:g} ({first[1] / first[0]:.0%} "
-            "of it), and 10 more cases, equal to Table 2")
-
-
-# ------------------------------------------------------------------------------------- Q3: memory per device
-
-
-def _peaks(tl, *, split_frees=False, fb_counts=True, per_direction=False):
-    """Per device, the most activations held at once, counted from the events; the flags give known mistakes."""
-    out = []
-    for evs in tl.events:
-        held, peak = {0: 0, 1: 0}, {0: 0, 1: 0}
-        for e in evs:
-            d = e.direction if per_direction else 0
-            b = (e.b_direction if per_direction else 0) if e.kind == "FB" else d
-            if e.kind == "F" or (e.kind == "FB" and fb_counts):
-                held[d] += 1
-                peak[d] = max(peak[d], held[d])
-            if e.kind == "W" and not split_frees or e.kind == "FB" and fb_counts \
-                    or e.kind == "B" and (split_frees or not e.split):
-                held[b] -= 1
-        out.append(max(peak.values()))
-    return out
-
-
-def _memory_cases(rng):
-    tls = [pipeline.simulate("1f1b", 4, 8, 1, 2, 1), pipeline.simulate("zb1p", 6, 9, 1, 2, 1),
-           pipeline.simulate("dualpipe", 8, 20, 1, 2, 1, 2.5), pipeline.simulate("dualpipe", 4, 8, 2, 3, 1, 4)]
-    P = int(rng.integers(3, 7))
-    N = P + int(rng.integers(0, 4))
-    gpipe = [[("F", m) for m in range(N)] + [("B", m) for m in range(N)] for _ in range(P)]
-    tls.append(pipeline.time_orders(gpipe, int(rng.integers(1, 4)), int(rng.integers(1, 6))))
-    P = 2 * int(rng.integers(2, 6))
-    tls.append(pipeline.simulate("dualpipe", P, 2 * P + 2 * int(rng.integers(0, 3)), 2, 3, 1, 4))
-    tls.append(pipeline.simulate("zb1p", P, P + int(rng.integers(0, 5)), 2, 3, 1))
-    return tls
-
-
-@question
-def memory_per_device(fn, rng=None):
-    """Check `fn(timeline) -> [(stages held, peak activations) per device]` against the Timeline's own
-    `parameters` and `peak_activations`, on 1F1B, ZB1P, DualPipe and GPipe-order timelines. The timelines passed
-    to fn have those summary fields hidden (set to -1): the answer must come from `timeline.events`."""
-    q = "memory_per_device"
-    if still_a_placeholder(fn):
-        raise NotAttempted(not_attempted_message(q, fn))
-    rng = np.random.default_rng() if rng is None else rng
-    tls = _memory_cases(rng)
-    for tl in tls:
-        P = tl.stages
-        hidden = dataclasses.replace(tl, peak_activations=(-1,) * P, activations=-1, parameters=-1)
-        what = f"memory_per_device({tl.schedule}, {P} stages, {tl.microbatches} micro-batches)"
-        got = call_answer(q, fn, (hidden,), "return one (stages held, peak activations) pair per device")
-        try:
-            pairs = [tuple(int(v) for v in pair) for pair in got]
-            assert len(pairs) == P and all(len(p) == 2 for p in pairs)
-        except (TypeError, ValueError, AssertionError):
-            fail(q, [f"{what} returned {got!r}: expected {P} pairs (stages held, peak activations)"],
-                 "return [(stages, peak) for each device], e.g. [(1, 4), (1, 3), (1, 2), (1, 1)] for 1F1B on 4")
-        stages = [p[0] for p in pairs]
-        peaks = [p[1] for p in pairs]
-        if -1 in stages or -1 in peaks:
-            fail(q, [f"{what}: got {pairs}"], "the timeline's summary fields are hidden here (-1): count from "
-                 "timeline.events, one list of Events per device")
-        want_stages = [tl.parameters] * P
-        if stages != want_stages:
-            fail(q, [f"{what}: stages held per device {stages}, expected {want_stages}"],
-                 "device s runs pipeline stage s for micro-batches that enter at device 0 (direction 0) and stage "
-                 "PP-1-s for those entering at the last device (direction 1); count the distinct stages over the "
-                 "device's events (an FB's backward half has a direction of its own: e.b_direction). "
-                 "Two stages are two sets of weights: DualPipe's 2x parameters" if tl.schedule == "dualpipe" else
-                 "a single-direction schedule runs one stage per device: every event's direction is 0")
-        want = list(tl.peak_activations)
-        if peaks != want:
-            s = next(i for i in range(P) if peaks[i] != want[i])
-            variants = [
-                (_peaks(tl, split_frees=True), "a split backward (e.split, its W listed later) computes only the "
-                 "input gradient: the weight gradient W still reads the layer's input activations, so they are "
-                 "freed at the end of the W, not of the B"),
-                (_peaks(tl, fb_counts=False), "an FB event is a forward and a backward at once: count +1 for its "
-                 "forward half before the -1 of its backward half (the new activations are allocated while the old "
-                 "are still held): that +1 is DualPipe's PP+1"),
-                (_peaks(tl, per_direction=True), "a DualPipe device holds chunks of both directions at once (its "
-                 "stages s and PP-1-s): one count per device, not a maximum over directions"),
-                ([sum(e.kind in ("F", "FB") for e in evs) for evs in tl.events], "activations are freed when the "
-                 "micro-batch's backward on that device ends (its W when split): -1 there"),
-            ]
-            hint = next((h for v, h in variants if v == peaks), "walk the device's events in order: +1 when a "
-                        "forward starts (an F, or an FB's forward half), -1 when a backward ends (a B that is not "
-                        "split, a W, or an FB's backward half), and keep the maximum")
-            fail(q, [f"{what}: device {s} peaks at {peaks[s]} micro-batches' activations, expected {want[s]} "
-                     f"(all devices: {peaks}, expected {want})"], hint)
-    return (f"{len(tls)} timelines (1F1B, ZB1P, DualPipe, GPipe order): stages and activation peaks per device "
-            "from the events alone, equal to Timeline.parameters and Timeline.peak_activations")
+            fail(q, [f"{call} returned {got!r}: expected a pair of numbers"], shape_hint)
+        exact = math.fsum(a.astype(np.float64) * b.astype(np.float64))  # products of FP8 values are exact
+        y0, y1 = (float(accum.dot_limited(a, b, BITS, promote_every=P)[0, 0]) for P in (None, 128))
+        w0, w1 = abs(y0 - exact) / abs(exact), abs(y1 - exact) / abs(exact)
+        ok = all(math.isclose(g, w, rel_tol=1e-6, abs_tol=1e-15) for g, w in ((e0, w0), (e1, w1)))
+        if not ok:
+            h = next((h for (v0, v1), h in _q3_variants(a, b, exact, y0, y1)
+                      if math.isclose(e0, v0, rel_tol=1e-6) and math.isclose(e1, v1, rel_tol=1e-6)), None)
+            fail(q, [f"{call}: returned ({e0:.6g}, {e1:.6g}), expected ({w0:.6g}, {w1:.6g}) (exact dot product "
+                     f"{exact:.9g}; FP22 without promotion {y0:.9g}, promoted every 128 {y1:.9g})"],
+                 h or "errors = |promoted_dot(a, b, 13, P) - exact| / |exact| for P = None, then 128, with exact "
+                      "the float64 dot product; if promoted_dot passed its check, look at exact")
+        seen.append((K, w0, w1))
+    try:
+        letter = _call(q, why, "why_error_grows()", (), "return one letter, e.g. 'A'")
+    except NotImplementedError as e:
+        raise NotAttempted(not_attempted_message(q, why, str(e))) from None
+    letter = letter.strip().upper() if isinstance(letter, str) else letter
+    if letter not in ("A", "B", "C", "D"):
+        fail(q, [f"why_error_grows() returned {letter!r}: expected one of 'A', 'B', 'C', 'D'"],
+             "return the letter of the explanation you choose, as a string")
+    if letter != _WHY:
+        fail(q, [f"your errors are right; why_error_grows() says {letter!r}, which is not why"], _WHY_HINTS[letter])
+    return "; ".join(f"K = {K}: {w0:.2e} without promotion, {w1:.2e} promoted every 128 ({w0 / w1:.0f}x smaller)"
+                     for K, w0, w1 in seen) + f"; why: {_WHY}"
