@@ -1,0 +1,153 @@
+"""The GEMM epilogue that adds a residual: fp8_gemm(..., residual=r) and bf16_gemm(..., residual=r) give
+out = r + A B^T, the add after the whole sum (compiled in per flag), which the kernel engine uses to write its
+residual stream.
+
+Bit for bit: the epilogue adds the same float32 sum the plain kernel stores, one float32 addition, so the result must
+be exactly `r + (the plain kernel's output)`, on a GPU too (the sum is the same code); under the simulator the plain
+output is itself bit-exact with the references (k order), so it is also exactly `r + reference`. The residual is
+random, not zeros; the output is a view inside a NaN-poisoned buffer: the elements around the matrix must stay NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fp8lab.bench import poisoned
+from fp8lab.device import runtime
+from fp8lab.device.runtime import cuda
+from fp8lab.kernels import bf16_gemm as bg
+from fp8lab.kernels import fp8_gemm as fg
+
+from test_fp8_gemm import Q, operands as fp8_operands
+
+
+def framed(rng, M, N):
+    """(device buffer (M + 3, N + 5) NaN but for a random (M, N) block at rows 1.., columns 2.., that block as a
+    device view, its host values)."""
+    inner = rng.standard_normal((M, N), dtype=np.float32) * np.float32(4)
+    big = np.full((M + 3, N + 5), np.nan, np.float32)
+    big[1:M + 1, 2:N + 2] = inner
+    dev = cuda.to_device(big)
+    return dev, dev[1:M + 1, 2:N + 2], inner
+
+
+def assert_frame_nan(dev, M, N):
+    big = dev.copy_to_host()
+    frame = np.ones(big.shape, bool)
+    frame[1:M + 1, 2:N + 2] = False
+    assert np.isnan(big[frame]).all(), f"{int((~np.isnan(big[frame])).sum())} elements outside the matrix written"
+
+
+def assert_bits(got, want, label):
+    assert not np.isnan(got).any(), f"{label}: NaN in the output"
+    bad = np.argwhere(got.view(np.uint32) != want.view(np.uint32))
+    assert not len(bad), (f"{label}: {len(bad)} outputs differ, first at {tuple(bad[0])}: "
+                          f"{got[tuple(bad[0])]!r} vs {want[tuple(bad[0])]!r}")
+
+
+def on_device(q):
+    return Q(cuda.to_device(q.data), cuda.to_device(q.scale), q.granularity, q.fmt)
+
+
+def fp8_sizes(*small, big):
+    return [pytest.param(s, id="x".join(map(str, s))) for s in small] + [
+        pytest.param(big, id="big", marks=pytest.mark.gpu)]
+
+
+def fp8_versions():
+    # version 4's twin pays a warp barrier per mma under the simulator (~20 s a block): slow there
+    return [pytest.param(v, marks=pytest.mark.slow) if v == 4 and runtime.IS_SIM else v for v in fg.VERSIONS]
+
+
+@pytest.mark.parametrize("version", fp8_versions())
+@pytest.mark.parametrize("grans", [("tile", "block"), ("tensor", "tensor")], ids=lambda g: f"{g[0]}x{g[1]}")
+@pytest.mark.parametrize("mnk", fp8_sizes((5, 9, 300), big=(2048, 2053, 2055)))
+def test_fp8_gemm_residual_every_version(rng, version, grans, mnk):
+    M, N, K = mnk
+    qa, qb = fp8_operands(rng, M, N, K, *grans)
+    da, db = on_device(qa), on_device(qb)
+    plain = poisoned((M, N), np.float32)
+    fg.fp8_gemm(da, db, out=plain, version=version)
+    plain = plain.copy_to_host()
+    if runtime.IS_SIM and version != 3:  # in k order: the plain output is the reference (version 3 scales operands)
+        assert_bits(plain, fg.reference(qa, qb), f"v{version} plain vs reference")
+    # a separate residual, out poisoned
+    r = rng.standard_normal((M, N), dtype=np.float32)
+    out = poisoned((M, N), np.float32)
+    assert fg.fp8_gemm(da, db, out=out, version=version, residual=cuda.to_device(r)) is out
+    assert_bits(out.copy_to_host(), r + plain, f"v{version} residual")
+    # in place (residual = out, out += A B^T), out a view inside a NaN frame that must stay untouched
+    dev, view, before = framed(rng, M, N)
+    fg.fp8_gemm(da, db, out=view, version=version, residual=view)
+    assert_bits(view.copy_to_host(), before + plain, f"v{version} in place")
+    assert_frame_nan(dev, M, N)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version,M,N,K", [(1, 37, 140, 300), (2, 37, 140, 300), (3, 130, 136, 301),
+                                           (5, 130, 136, 272), (6, 130, 136, 301), (7, 130, 136, 272)], ids=str)
+def test_fp8_gemm_residual_several_blocks(rng, version, M, N, K):
+    qa, qb = fp8_operands(rng, M, N, K, "tile", "block")
+    da, db = on_device(qa), on_device(qb)
+    plain = fg.fp8_gemm(da, db, version=version).copy_to_host()
+    dev, view, before = framed(rng, M, N)
+    fg.fp8_gemm(da, db, out=view, version=version, residual=view)
+    assert_bits(view.copy_to_host(), before + plain, f"v{version} in place")
+    assert_frame_nan(dev, M, N)
+
+
+def test_fp8_gemm_residual_numpy_in_numpy_out(rng):
+    qa, qb = fp8_operands(rng, 6, 10, 200, "tile", "block")
+    r = rng.standard_normal((6, 10), dtype=np.float32)
+    got = fg.fp8_gemm(qa, qb, version=1, residual=r)
+    assert isinstance(got, np.ndarray)
+    assert_bits(got, r + fg.fp8_gemm(qa, qb, version=1), "NumPy residual")
+
+
+@pytest.mark.parametrize("residual,exc,words", [
+    (np.zeros((5, 8), np.float32), ValueError, r"residual must have shape \(5, 9\)"),
+    (np.zeros((5, 9), np.float64), TypeError, "residual must have dtype float32"),
+    (object(), TypeError, "residual must be a NumPy or CUDA device array"),
+])
+def test_fp8_gemm_residual_errors_name_it(rng, residual, exc, words):
+    qa, qb = fp8_operands(rng, 5, 9, 300, "tile", "block")
+    with pytest.raises(exc, match=words):
+        fg.fp8_gemm(qa, qb, version=1, residual=residual)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bf16_gemm
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", list(bg.VERSIONS))
+@pytest.mark.parametrize("mnk", fp8_sizes((70, 140, 328), (133, 270, 75), big=(2048, 2053, 2055)))
+def test_bf16_gemm_residual_every_version(rng, version, mnk):
+    M, N, K = mnk
+    a = bg.reference_to_bf16(rng.standard_normal((M, K), dtype=np.float32))
+    b = bg.reference_to_bf16(rng.standard_normal((N, K), dtype=np.float32))
+    da, db = cuda.to_device(a), cuda.to_device(b)
+    plain = poisoned((M, N), np.float32)
+    bg.bf16_gemm(da, db, out=plain, version=version)
+    plain = plain.copy_to_host()
+    if runtime.IS_SIM:
+        assert_bits(plain, bg.reference_in_order(a, b), f"v{version} plain vs reference_in_order")
+    r = rng.standard_normal((M, N), dtype=np.float32)
+    out = poisoned((M, N), np.float32)
+    assert bg.bf16_gemm(da, db, out=out, version=version, residual=cuda.to_device(r)) is out
+    assert_bits(out.copy_to_host(), r + plain, f"v{version} residual")
+    dev, view, before = framed(rng, M, N)
+    bg.bf16_gemm(da, db, out=view, version=version, residual=view)
+    assert_bits(view.copy_to_host(), before + plain, f"v{version} in place")
+    assert_frame_nan(dev, M, N)
+
+
+@pytest.mark.parametrize("residual,exc,words", [
+    (np.zeros((4, 5), np.float32), ValueError, r"residual must have shape \(4, 6\)"),
+    (np.zeros((4, 6), np.uint16), TypeError, "residual must have dtype float32"),
+])
+def test_bf16_gemm_residual_errors_name_it(rng, residual, exc, words):
+    a = rng.standard_normal((4, 70), dtype=np.float32)
+    b = rng.standard_normal((6, 70), dtype=np.float32)
+    with pytest.raises(exc, match=words):
+        bg.bf16_gemm(a, b, residual=residual)
