@@ -151,3 +151,64 @@ def test_bf16_gemm_residual_errors_name_it(rng, residual, exc, words):
     b = rng.standard_normal((6, 70), dtype=np.float32)
     with pytest.raises(exc, match=words):
         bg.bf16_gemm(a, b, residual=residual)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The kernel engine: W2's GEMM writes the residual stream x + h W2^T itself
+# ---------------------------------------------------------------------------------------------------------------
+
+ENGINE_RECIPES = ["fp32", "bf16", "bf16 tensor cores", "fp8-tensor", "fp8-deepseek", "fp8-deepseek outliers"]
+
+
+def _separate_add(forward):
+    """DeviceLinear.forward as before the epilogue: the GEMM into a buffer of its own, then elementwise.add."""
+    from fp8lab.kernels import elementwise
+
+    def patched(self, x, w, y, quantized=False, residual=None):
+        if residual is None:
+            return forward(self, x, w, y, quantized)
+        xw = cuda.device_array(y.shape, np.float32)
+        forward(self, x, w, xw, quantized)
+        elementwise.add(residual, xw, y)
+
+    return patched
+
+
+def _engine_step(monkeypatch, recipe, ids, targets, cfg):
+    from fp8lab.training import engine_kernels, model
+
+    net = engine_kernels.KernelModel(cfg, recipe, ids.shape[0], model.init_params(cfg, 3))
+    loss = net.loss(ids, targets)
+    return np.float32(loss), net.params.grad.copy_to_host()
+
+
+@pytest.mark.parametrize("recipe", ENGINE_RECIPES)
+def test_engine_losses_and_gradients_unchanged_by_the_epilogue(rng, monkeypatch, recipe):
+    """A step of the language model (loss and every gradient) with the residual added in W2's GEMM epilogue is bit
+    for bit the step with a separate elementwise.add after the GEMM (the engine before the epilogue)."""
+    from fp8lab.training import engine_kernels, model
+
+    name, _, variant = recipe.partition(" ")
+    if variant == "tensor cores":
+        monkeypatch.setattr(engine_kernels, "bf16_tensor_cores", lambda: True)
+    cfg = model.Config(vocab=40, context=2, embed=16, hidden=16, blocks=2,
+                       outliers=8.0 if variant == "outliers" else 1.0)
+    M = 8
+    ids = rng.integers(0, cfg.vocab, (M, cfg.context), dtype=np.int32)
+    targets = rng.integers(0, cfg.vocab, M, dtype=np.int32)
+    fused_calls = []
+    for mod in (engine_kernels.fp8_gemm, engine_kernels.bf16_gemm):
+        launch = mod.launch
+
+        def spy(*args, _launch=launch, **kw):
+            if kw.get("residual") is not None:
+                fused_calls.append(1)
+            return _launch(*args, **kw)
+        monkeypatch.setattr(mod, "launch", spy)
+    fused = _engine_step(monkeypatch, name, ids, targets, cfg)
+    on_tensor_cores = name.startswith("fp8") or variant == "tensor cores"
+    assert len(fused_calls) == (cfg.blocks if on_tensor_cores else 0), "W2's GEMM did not take the residual"
+    monkeypatch.setattr(engine_kernels.DeviceLinear, "forward", _separate_add(engine_kernels.DeviceLinear.forward))
+    separate = _engine_step(monkeypatch, name, ids, targets, cfg)
+    assert np.isfinite(fused[0]) and fused[0].view(np.uint32) == separate[0].view(np.uint32), (fused[0], separate[0])
+    assert_bits(fused[1], separate[1], "gradients")

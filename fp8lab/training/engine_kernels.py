@@ -12,7 +12,10 @@ Which kernel runs where (the Linear GEMMs' precisions are the recipe's, fp8lab.n
                    kernels.quantize_fine (tiles, blocks, the 1x128 -> 128x1 re-quantization of the cached FP8 input
                    for Wgrad, dy's tiles for Dgrad and dy^T's for Wgrad in one pass: quantize_tile_dual)
   outlier channels elementwise.scale_cols (W1's input times d, W1 over d; and back in the backward)
-  residual add     elementwise.add;  head: kernels.gemm in float32;  loss: kernels.cross_entropy
+  residual add     forward: in W2's GEMM epilogue (fp8_gemm / bf16_gemm residual=: x_next = x + h W2^T written by
+                   the GEMM, no separate pass or buffer); after kernels.gemm (float32 recipes, bf16 off the tensor
+                   cores) still elementwise.add. Backward: elementwise.add (it follows the RMSNorm backward, no GEMM)
+  head             kernels.gemm in float32;  loss: kernels.cross_entropy
   optimizer        optim.AdamW on the flat float32 master weights (the recipe's moments)
 """
 
@@ -251,12 +254,15 @@ class DeviceLinear:
         """FP8 recipes: the (codes, scale) buffers of x, for a kernel that quantizes x as it computes it."""
         return self.x_codes.codes, self.x_codes.scale
 
-    def _gemm(self, a, b, out) -> None:
-        fp8_gemm.launch(a.codes, a.scale, b.codes, b.scale, out, a.kind, b.kind, a.fmt, b.fmt, version=self.fv)
+    def _gemm(self, a, b, out, residual=None) -> None:
+        fp8_gemm.launch(a.codes, a.scale, b.codes, b.scale, out, a.kind, b.kind, a.fmt, b.fmt, version=self.fv,
+                        residual=residual)
 
-    def forward(self, x, w, y, quantized: bool = False) -> None:
-        """y = x W^T. quantized=True (FP8): x was already written, quantized, into codes_for_input(); x is then the
-        float32 x for a Wgrad that quantizes x^T afresh, or None."""
+    def forward(self, x, w, y, quantized: bool = False, residual=None) -> None:
+        """y = x W^T, or y = residual + x W^T with residual (float32 (M, N), not y): fp8_gemm and bf16_gemm add it in
+        their epilogue (the same float32 addition after the sum as a separate add, so the same bits); after
+        kernels.gemm a separate elementwise.add does it. quantized=True (FP8): x was already written, quantized,
+        into codes_for_input(); x is then the float32 x for a Wgrad that quantizes x^T afresh, or None."""
         mark = self.prof.mark
         if self.tensor_cores:
             mark("cast and transpose")
@@ -264,7 +270,7 @@ class DeviceLinear:
             bf16_gemm.cast_launch(w, self.wb)
             self.x, self.w = x, w
             mark("GEMM Fprop")
-            bf16_gemm.launch(self.xb.view(np.uint8), self.wb.view(np.uint8), y, self.bv)
+            bf16_gemm.launch(self.xb.view(np.uint8), self.wb.view(np.uint8), y, self.bv, residual=residual)
             return
         if self.precision != "fp8":
             mark("cast and transpose")
@@ -275,7 +281,14 @@ class DeviceLinear:
             self.x, self.w = x, w
             elementwise.transpose(w, self.wt)
             mark("GEMM Fprop")
-            gemm.launch(x, self.wt, y, self.gv)
+            if residual is None:
+                gemm.launch(x, self.wt, y, self.gv)
+                return
+            if not hasattr(self, "xw"):  # kernels.gemm has no residual epilogue: x W^T goes through a buffer
+                self.xw = _empty((self.M, self.N))
+            gemm.launch(x, self.wt, self.xw, self.gv)
+            mark("residual add")
+            elementwise.add(residual, self.xw, y)
             return
         mark("quantize")
         if not quantized:
@@ -283,7 +296,7 @@ class DeviceLinear:
         self.x, self.w = x, w
         self.w_codes(w)
         mark("GEMM Fprop")
-        self._gemm(self.x_codes, self.w_codes, y)
+        self._gemm(self.x_codes, self.w_codes, y, residual)
 
     def backward(self, dy, dx, dw) -> None:
         """dx = dy W (Dgrad; skipped when dx is None: an input that is data) and dW = dy^T x (Wgrad) for the x and
@@ -375,7 +388,6 @@ class KernelModel:
         self.u = [_empty((M, 2 * F)) for _ in range(L)]
         self.h = [_empty((M, F)) for _ in range(L)] if not self.fused else None
         self.zl = [_empty((M, D)) for _ in range(L)] if not self.fused else None  # each block's normed input
-        self.v = _empty((M, D))
         self.zf = _empty((M, D))
         self.head_t = _empty((D, V))
         self.logits = _empty((M, V))
@@ -416,7 +428,8 @@ class KernelModel:
                 self.lin1[i].forward(None, w1, u, quantized=True)
                 mark("SwiGLU")
                 swiglu.launch_forward_quantize(u, *self.lin2[i].codes_for_input(), None, swiglu.BEST)
-                self.lin2[i].forward(None, p[f"w2_{i}"], self.v, quantized=True)
+                # x_next = x + h W2^T, the residual added in the GEMM's epilogue
+                self.lin2[i].forward(None, p[f"w2_{i}"], self.x[i + 1], quantized=True, residual=x)
             else:
                 mark("RMSNorm")
                 rmsnorm.forward(x, g, self.zl[i], self.rstd[i])
@@ -426,9 +439,7 @@ class KernelModel:
                 self.lin1[i].forward(self.zl[i], w1, u)
                 mark("SwiGLU")
                 swiglu.launch_forward(u, self.h[i])
-                self.lin2[i].forward(self.h[i], p[f"w2_{i}"], self.v)
-            mark("residual add")
-            elementwise.add(x, self.v, self.x[i + 1])
+                self.lin2[i].forward(self.h[i], p[f"w2_{i}"], self.x[i + 1], residual=x)
         L = cfg.blocks
         mark("RMSNorm")
         rmsnorm.forward(self.x[L], p["gf"], self.zf, self.rstd[L])
