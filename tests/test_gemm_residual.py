@@ -57,7 +57,8 @@ def fp8_sizes(*small, big):
 
 def fp8_versions():
     # version 4's twin pays a warp barrier per mma under the simulator (~20 s a block): slow there
-    return [pytest.param(v, marks=pytest.mark.slow) if v == 4 and runtime.IS_SIM else v for v in fg.VERSIONS]
+    return [pytest.param(v, marks=pytest.mark.slow) if v == 4 and runtime.IS_SIM else v
+            for v in fg.RESIDUAL_VERSIONS]
 
 
 @pytest.mark.parametrize("version", fp8_versions())
@@ -85,7 +86,7 @@ def test_fp8_gemm_residual_every_version(rng, version, grans, mnk):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version,M,N,K", [(1, 37, 140, 300), (2, 37, 140, 300), (3, 130, 136, 301),
+@pytest.mark.parametrize("version,M,N,K", [(2, 37, 140, 300), (3, 130, 136, 301),
                                            (5, 130, 136, 272), (6, 130, 136, 301), (7, 130, 136, 272)], ids=str)
 def test_fp8_gemm_residual_several_blocks(rng, version, M, N, K):
     qa, qb = fp8_operands(rng, M, N, K, "tile", "block")
@@ -100,9 +101,9 @@ def test_fp8_gemm_residual_several_blocks(rng, version, M, N, K):
 def test_fp8_gemm_residual_numpy_in_numpy_out(rng):
     qa, qb = fp8_operands(rng, 6, 10, 200, "tile", "block")
     r = rng.standard_normal((6, 10), dtype=np.float32)
-    got = fg.fp8_gemm(qa, qb, version=1, residual=r)
+    got = fg.fp8_gemm(qa, qb, version=2, residual=r)
     assert isinstance(got, np.ndarray)
-    assert_bits(got, r + fg.fp8_gemm(qa, qb, version=1), "NumPy residual")
+    assert_bits(got, r + fg.fp8_gemm(qa, qb, version=2), "NumPy residual")
 
 
 @pytest.mark.parametrize("residual,exc,words", [
@@ -113,7 +114,21 @@ def test_fp8_gemm_residual_numpy_in_numpy_out(rng):
 def test_fp8_gemm_residual_errors_name_it(rng, residual, exc, words):
     qa, qb = fp8_operands(rng, 5, 9, 300, "tile", "block")
     with pytest.raises(exc, match=words):
-        fg.fp8_gemm(qa, qb, version=1, residual=residual)
+        fg.fp8_gemm(qa, qb, version=2, residual=residual)
+
+
+def test_fp8_gemm_residual_refused_by_version_1(rng):
+    """Version 1 (lecture 06's editable kernel) has no residual epilogue: a ValueError naming the versions that do,
+    from the checked API and from launch."""
+    assert 1 not in fg.RESIDUAL_VERSIONS and set(fg.RESIDUAL_VERSIONS) == set(fg.VERSIONS) - {1}
+    qa, qb = fp8_operands(rng, 5, 9, 300, "tile", "block")
+    r = np.zeros((5, 9), np.float32)
+    with pytest.raises(ValueError, match="residual .* versions 2, 3, 4, 5, 6, 7, got version 1"):
+        fg.fp8_gemm(qa, qb, version=1, residual=r)
+    da, db = on_device(qa), on_device(qb)
+    with pytest.raises(ValueError, match="got version 1"):
+        fg.launch(da.data, da.scale, db.data, db.scale, cuda.device_array((5, 9), np.float32), 1, 2, version=1,
+                  residual=cuda.to_device(r))
 
 
 # ---------------------------------------------------------------------------------------------------------------

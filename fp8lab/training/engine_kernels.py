@@ -53,9 +53,12 @@ def bf16_tensor_cores() -> bool:
     return not runtime.IS_SIM and bf16_gemm.VERSIONS[bf16_gemm.BEST].runs_here()
 
 
-def fp8_gemm_version() -> int:
-    """fp8_gemm's version: the tensor cores where the GPU has them; version 1 is the quickest to simulate."""
-    return 1 if runtime.IS_SIM else fp8_gemm.best_version()
+def fp8_gemm_version(residual: bool = False) -> int:
+    """fp8_gemm's version: the tensor cores where the GPU has them; version 1 is the quickest to simulate, version 2
+    where the GEMM adds a residual (version 1 has no such epilogue). Both sum in the reference's order: the same bits."""
+    if runtime.IS_SIM:
+        return 2 if residual else 1
+    return fp8_gemm.best_version()
 
 
 class Params:
@@ -207,7 +210,7 @@ class DeviceLinear:
     def __init__(self, recipe, M: int, N: int, K: int, prof: StepProfile = _NO_PROFILE, need_dx: bool = True):
         self.recipe = r = recipes.get(recipe)
         self.M, self.N, self.K, self.prof = M, N, K, prof
-        self.gv, self.fv = gemm_version(), fp8_gemm_version()
+        self.gv, self.fv, self.fv_residual = gemm_version(), fp8_gemm_version(), fp8_gemm_version(residual=True)
         self.precision = r.gemm_precision
         self.tensor_cores = self.precision == "bf16" and bf16_tensor_cores()
         if self.tensor_cores:
@@ -255,8 +258,8 @@ class DeviceLinear:
         return self.x_codes.codes, self.x_codes.scale
 
     def _gemm(self, a, b, out, residual=None) -> None:
-        fp8_gemm.launch(a.codes, a.scale, b.codes, b.scale, out, a.kind, b.kind, a.fmt, b.fmt, version=self.fv,
-                        residual=residual)
+        fp8_gemm.launch(a.codes, a.scale, b.codes, b.scale, out, a.kind, b.kind, a.fmt, b.fmt,
+                        version=self.fv if residual is None else self.fv_residual, residual=residual)
 
     def forward(self, x, w, y, quantized: bool = False, residual=None) -> None:
         """y = x W^T, or y = residual + x W^T with residual (float32 (M, N), not y): fp8_gemm and bf16_gemm add it in

@@ -11,7 +11,7 @@ from ...device.runtime import cuda
 from ...numerics.spec import ScaleKind
 from .. import versions
 from .reference import check_operand, check_options
-from .table import BEST, LIMITED_VERSIONS, PERSISTENT_VERSIONS, VERSIONS, best_version
+from .table import BEST, LIMITED_VERSIONS, PERSISTENT_VERSIONS, RESIDUAL_VERSIONS, VERSIONS, best_version
 from .tensor_cores import tiles
 
 SIM_SMS = 132
@@ -50,6 +50,13 @@ def check_sms(sms, version: int) -> int | None:
     return int(sms)
 
 
+def _check_residual(version: int) -> None:
+    if version not in RESIDUAL_VERSIONS:
+        have = ", ".join(map(str, RESIDUAL_VERSIONS))
+        raise ValueError(f"residual (an epilogue that adds it to the product) is implemented by versions {have}, "
+                         f"got version {version}")
+
+
 def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None, sms=None, residual=None):
     """y = dequant(qa) @ dequant(qb).T (+ residual), float32 (M, N), scales applied per K-group of 128 inside the
     kernel.
@@ -70,7 +77,8 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
     residual: optional float32 (M, N) array (NumPy or device) added in the epilogue: y = residual + A B^T, the add
     after the whole sum (one float32 rounding, the bits of `residual + fp8_gemm(qa, qb)`), so the sum never makes
     a round trip through memory. residual may be `out` itself (out += A B^T): each element is read just before it
-    is written, by the same thread. Every version has it (compiled in: the default kernels have no residual code).
+    is written, by the same thread. Versions RESIDUAL_VERSIONS (2-7) have it, compiled in (the default kernels have
+    no residual code); version 1 (lecture 06's editable kernel) raises ValueError.
     Returns a NumPy array for NumPy inputs, else the device array. A NaN scale (a group that held NaN/Inf,
     see fp8lab.quantize) or a NaN code makes the outputs that use it NaN; nothing is checked for finiteness.
     """
@@ -98,6 +106,7 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
             raise TypeError(f"out must be a device array, got {V.describe(out)}")
     if residual is not None:
         residual = runtime.to_device(V.array("residual", residual, dtype=np.float32, shape=(M, N)))
+        _check_residual(version)
     # warns once if the simulator would take minutes
     runtime.sim_check("fl.fp8_gemm", (M, N, K), VERSIONS[version].cost("accum_bits" if bits >= 0 else None))
     launch(runtime.to_device(da), runtime.to_device(dsa), runtime.to_device(db), runtime.to_device(dsb), y,
@@ -114,6 +123,8 @@ def launch(a, sa, b, sb, out, a_kind, b_kind, fmt_a="e4m3", fmt_b="e4m3", bits=-
     sms: a persistent version's grid (None: one block per tile). stream: versions with the "streams" trait (0: the
     default stream). residual: a float32 (M, N) device array (may be out): out = residual + A B^T."""
     row = VERSIONS[version]
+    if residual is not None:
+        _check_residual(version)
     if stream != 0 and not row.has("streams"):
         have = " and ".join(map(str, versions.with_trait(VERSIONS, "streams")))
         raise ValueError(f"stream is implemented by versions {have}, got version {version}")
