@@ -1,6 +1,6 @@
-"""The GEMM epilogue that adds a residual: fp8_gemm(..., residual=r) and bf16_gemm(..., residual=r) give
+"""The epilogues that add a residual: fp8_gemm(..., residual=r) and bf16_gemm(..., residual=r) give
 out = r + A B^T, the add after the whole sum (compiled in per flag), which the kernel engine uses to write its
-residual stream.
+residual stream; norm_quant.backward(..., residual=r) gives dx = r + the gradient, the backward's residual add.
 
 Bit for bit: the epilogue adds the same float32 sum the plain kernel stores, one float32 addition, so the result must
 be exactly `r + (the plain kernel's output)`, on a GPU too (the sum is the same code); under the simulator the plain
@@ -169,6 +169,49 @@ def test_bf16_gemm_residual_errors_name_it(rng, residual, exc, words):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# norm_quant.backward(..., residual=): the backward's residual add, dx += the gradient through the norm
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("M,N,bias,threads", [
+    (5, 300, True, None), (4, 129, False, None), (3, 200, False, 64),
+    pytest.param(4096, 512, False, None, marks=pytest.mark.gpu, id="gpu-4096x512"),
+    pytest.param(1027, 7171, True, None, marks=pytest.mark.gpu, id="gpu-1027x7171")])
+def test_norm_backward_residual(rng, M, N, bias, threads):
+    from fp8lab.kernels import norm_quant as nq
+
+    x, b, g, dz = nq.make_inputs(rng, M, N, bias)
+    rstd = nq.reference_rstd(x, b).astype(np.float32)
+    dev = [None if v is None else cuda.to_device(v) for v in (dz, x, b, g, rstd)]
+    dx0, gy0 = poisoned((M, N), np.float32), poisoned((M, N), np.float32)
+    nq.backward(*dev, dx0, gy0, threads=threads)
+    dx0, gy0 = dx0.copy_to_host(), gy0.copy_to_host()
+    # a separate residual
+    r = rng.standard_normal((M, N), dtype=np.float32)
+    dx, gy = poisoned((M, N), np.float32), poisoned((M, N), np.float32)
+    nq.backward(*dev, dx, gy, threads=threads, residual=cuda.to_device(r))
+    assert_bits(dx.copy_to_host(), r + dx0, "dx = residual + gradient")
+    assert_bits(gy.copy_to_host(), gy0, "gy unchanged")
+    # in place, dx a view in a NaN frame
+    buf, view, before = framed(rng, M, N)
+    gy = poisoned((M, N), np.float32)
+    nq.backward(*dev, view, gy, threads=threads, residual=view)
+    assert_bits(view.copy_to_host(), before + dx0, "dx += gradient")
+    assert_frame_nan(buf, M, N)
+
+
+def test_norm_backward_residual_checked(rng):
+    from fp8lab.kernels import norm_quant as nq
+
+    x, b, g, dz = nq.make_inputs(rng, 4, 129, False)
+    dev = [cuda.to_device(v) for v in (dz, x, g, nq.reference_rstd(x, None).astype(np.float32))]
+    out = [cuda.device_array((4, 129), np.float32) for _ in range(2)]
+    with pytest.raises(ValueError, match=r"residual must have shape \(4, 129\)"):
+        nq.backward(dev[0], dev[1], None, dev[2], dev[3], *out, residual=cuda.device_array((4, 128), np.float32))
+    with pytest.raises(TypeError, match="residual must be a CUDA device array"):
+        nq.backward(dev[0], dev[1], None, dev[2], dev[3], *out, residual=np.zeros((4, 129), np.float32))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The kernel engine: W2's GEMM writes the residual stream x + h W2^T itself
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -189,6 +232,20 @@ def _separate_add(forward):
     return patched
 
 
+def _separate_norm_add(backward):
+    """norm_quant.backward as the engine ran it before: the gradient into a buffer, then elementwise.add."""
+    from fp8lab.kernels import elementwise
+
+    def patched(dz, x, b, g, rstd, dx, gy, *, threads=None, residual=None):
+        if residual is None:
+            return backward(dz, x, b, g, rstd, dx, gy, threads=threads)
+        dxn = cuda.device_array(dx.shape, np.float32)
+        backward(dz, x, b, g, rstd, dxn, gy, threads=threads)
+        elementwise.add(residual, dxn, dx)
+
+    return patched
+
+
 def _engine_step(monkeypatch, recipe, ids, targets, cfg):
     from fp8lab.training import engine_kernels, model
 
@@ -199,8 +256,8 @@ def _engine_step(monkeypatch, recipe, ids, targets, cfg):
 
 @pytest.mark.parametrize("recipe", ENGINE_RECIPES)
 def test_engine_losses_and_gradients_unchanged_by_the_epilogue(rng, monkeypatch, recipe):
-    """A step of the language model (loss and every gradient) with the residual added in W2's GEMM epilogue is bit
-    for bit the step with a separate elementwise.add after the GEMM (the engine before the epilogue)."""
+    """A step of the language model (loss and every gradient) with the residual added in W2's GEMM epilogue and in
+    the RMSNorm backward is bit for bit the step with separate elementwise.adds (the engine before the epilogues)."""
     from fp8lab.training import engine_kernels, model
 
     name, _, variant = recipe.partition(" ")
@@ -224,6 +281,7 @@ def test_engine_losses_and_gradients_unchanged_by_the_epilogue(rng, monkeypatch,
     on_tensor_cores = name.startswith("fp8") or variant == "tensor cores"
     assert len(fused_calls) == (cfg.blocks if on_tensor_cores else 0), "W2's GEMM did not take the residual"
     monkeypatch.setattr(engine_kernels.DeviceLinear, "forward", _separate_add(engine_kernels.DeviceLinear.forward))
+    monkeypatch.setattr(engine_kernels.norm_quant, "backward", _separate_norm_add(engine_kernels.norm_quant.backward))
     separate = _engine_step(monkeypatch, name, ids, targets, cfg)
     assert np.isfinite(fused[0]) and fused[0].view(np.uint32) == separate[0].view(np.uint32), (fused[0], separate[0])
     assert_bits(fused[1], separate[1], "gradients")

@@ -14,7 +14,8 @@ Which kernel runs where (the Linear GEMMs' precisions are the recipe's, fp8lab.n
   outlier channels elementwise.scale_cols (W1's input times d, W1 over d; and back in the backward)
   residual add     forward: in W2's GEMM epilogue (fp8_gemm / bf16_gemm residual=: x_next = x + h W2^T written by
                    the GEMM, no separate pass or buffer); after kernels.gemm (float32 recipes, bf16 off the tensor
-                   cores) still elementwise.add. Backward: elementwise.add (it follows the RMSNorm backward, no GEMM)
+                   cores) still elementwise.add. Backward: in the RMSNorm backward (norm_quant.backward residual=:
+                   dx += the gradient through the norm, in place)
   head             kernels.gemm in float32;  loss: kernels.cross_entropy
   optimizer        optim.AdamW on the flat float32 master weights (the recipe's moments)
 """
@@ -396,7 +397,7 @@ class KernelModel:
         self.logits = _empty((M, V))
         self.loss_fn = cross_entropy.CrossEntropyLoss(M, V)
         self.dlt = _empty((V, M))
-        self.dzf, self.dx, self.dxn, self.gy = _empty((M, D)), _empty((M, D)), _empty((M, D)), _empty((M, D))
+        self.dzf, self.dx, self.gy = _empty((M, D)), _empty((M, D)), _empty((M, D))
         self.dh, self.du = _empty((M, F)), _empty((M, 2 * F))
         self.scratch = embedding.Scratch(V, M * cfg.context)
         d = model.outlier_scales(cfg)
@@ -476,11 +477,10 @@ class KernelModel:
                 mark("outlier scaling")
                 elementwise.scale_cols(self.dzf, self.d, self.dzf)
                 elementwise.scale_cols(g[f"w1_{i}"], self.dinv, g[f"w1_{i}"])
-            mark("RMSNorm backward")
-            norm_quant.backward(self.dzf, self.x[i], None, p[f"g{i}"], self.rstd[i], self.dxn, self.gy)
+            mark("RMSNorm backward")  # dx += the gradient through the norm: the residual add in its epilogue
+            norm_quant.backward(self.dzf, self.x[i], None, p[f"g{i}"], self.rstd[i], self.dx, self.gy,
+                                residual=self.dx)
             elementwise.colsum(self.gy, g[f"g{i}"])
-            mark("residual add")
-            elementwise.add(self.dx, self.dxn, self.dx)
         mark("embedding backward")
         embedding.backward(self.dx.reshape((M * cfg.context, cfg.embed)), self.ids, g["emb"], 2,
                            scratch=self.scratch, check_range=False)
