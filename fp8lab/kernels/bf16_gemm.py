@@ -18,9 +18,10 @@ version 3: version 2 with 128 x 256 tiles (two m64n128k16 per k-slice: 128 accum
 (residual may be out: out += a b^T), compiled in per flag (`make_kernel(..., add=True)`): the default kernels have
 no residual code. The kernel engine writes its residual stream this way (fp8lab.training.engine_kernels).
 
-Other op: `to_bf16(x, out=None, transpose=False)`: float32 (R, C) -> uint16 bfloat16 bits (R, C), or (C, R) for
+Other ops: `to_bf16(x, out=None, transpose=False)`: float32 (R, C) -> uint16 bfloat16 bits (R, C), or (C, R) for
 transpose=True (one pass: the cast fused with the transpose, as DeepSeek-V3 fuses its FP8 cast, section 3.3.4);
-reference `reference_to_bf16`; `cast_launch` is it without checks. `launch` is the GEMM without checks.
+`to_bf16_both(x)`: both layouts from one read of x; reference `reference_to_bf16`; `cast_launch` and
+`cast_both_launch` are them without checks. `launch` is the GEMM without checks.
 
 Under the simulator the wgmma twins sum in FP32 in k order: versions 1-3 are then bit-exact with `reference_in_order`.
 On a GPU they are checked against float64 of the rounded inputs within `error_bound`. Run it:
@@ -269,6 +270,25 @@ def _to_bf16_t_kernel(x, out):
             out[c0 + j, r0 + tx] = tile[tx, j]
 
 
+@cuda.jit
+def _to_bf16_both_kernel(x, out, out_t):
+    """out (R, C) and out_t (C, R) = bfloat16 bits of x (R, C) in both layouts from one read of x: each 32 x 32 tile
+    cast once, written along out's rows at once and along out_t's rows through shared memory."""
+    tile = cuda.shared.array((_T, _T + 1), np.uint16)
+    R, C = x.shape
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    r0, c0 = cuda.blockIdx.y * _T, cuda.blockIdx.x * _T
+    for j in range(ty, _T, 8):
+        if r0 + j < R and c0 + tx < C:
+            v = bf16_store_bits(x[r0 + j, c0 + tx])
+            tile[j, tx] = v
+            out[r0 + j, c0 + tx] = v
+    cuda.syncthreads()
+    for j in range(ty, _T, 8):
+        if c0 + j < C and r0 + tx < R:
+            out_t[c0 + j, r0 + tx] = tile[tx, j]
+
+
 def to_bf16(x, out=None, transpose: bool = False):
     """uint16 bfloat16 bits of float32 x (R, C), rounded to nearest even: (R, C), or (C, R) with transpose=True
     (the cast and the transpose in one pass). NumPy in, NumPy out; a device array in, a device array out (or
@@ -286,6 +306,33 @@ def to_bf16(x, out=None, transpose: bool = False):
     if x.size:
         cast_launch(runtime.to_device(x), y, transpose)
     return y if (V.is_device_array(x) or out is not None) else y.copy_to_host()
+
+
+def to_bf16_both(x, out=None, out_t=None):
+    """(bits (R, C), bits_t (C, R)): to_bf16(x) and to_bf16(x, transpose=True) from one read of float32 x (R, C), as
+    a GEMM whose operand is needed in both NT layouts (Dgrad's dy and Wgrad's dy^T) wants them. NumPy in, NumPy
+    out; a device array in, device arrays out (or `out` / `out_t`: uint16 device arrays of those shapes)."""
+    x = V.array("x", x, dtype=np.float32, ndim=2)
+    R, C = x.shape
+    ys = []
+    for name, given, shape in (("out", out, (R, C)), ("out_t", out_t, (C, R))):
+        if given is None:
+            ys.append(cuda.device_array(shape, np.uint16))
+            continue
+        y = V.array(name, given, dtype=np.uint16, shape=shape, writable=True)
+        if not V.is_device_array(y):
+            raise TypeError(f"{name} must be a device array, got {V.describe(given)}")
+        ys.append(y)
+    cast_both_launch(runtime.to_device(x), *ys)
+    if V.is_device_array(x) or out is not None or out_t is not None:
+        return tuple(ys)
+    return tuple(y.copy_to_host() for y in ys)
+
+
+def cast_both_launch(x, out, out_t, stream=0) -> None:
+    """to_bf16_both on device arrays (no checks): x float32 (R, C) C-contiguous, out uint16 (R, C), out_t (C, R)."""
+    R, C = x.shape
+    _to_bf16_both_kernel[((C + _T - 1) // _T, (R + _T - 1) // _T), (_T, 8), stream](x, out, out_t)
 
 
 def cast_launch(x, out, transpose: bool = False, stream=0) -> None:

@@ -7,7 +7,8 @@ Which kernel runs where (the Linear GEMMs' precisions are the recipe's, fp8lab.n
                    with the tile quantization of its output, the codes going straight into W1's Fprop GEMM)
   SwiGLU           kernels.swiglu (fused with the tile quantization of h for W2's Fprop, the same way)
   Linear GEMMs     float32: kernels.gemm (SIMT); bfloat16: kernels.bf16_gemm (tensor cores, where the GPU has
-                   wgmma), else kernels.gemm on the inputs rounded by elementwise.round_bf16;
+                   wgmma: each operand cast once into both NT layouts where both are needed, bf16_gemm.to_bf16_both),
+                   else kernels.gemm on the inputs rounded by elementwise.round_bf16;
                    FP8: kernels.fp8_gemm (tensor cores on an H100/H200), with kernels.quantize (per tensor) or
                    kernels.quantize_fine (tiles, blocks, the 1x128 -> 128x1 re-quantization of the cached FP8 input
                    for Wgrad, dy's tiles for Dgrad and dy^T's for Wgrad in one pass: quantize_tile_dual)
@@ -56,7 +57,7 @@ def bf16_tensor_cores() -> bool:
 
 def fp8_gemm_version(residual: bool = False) -> int:
     """fp8_gemm's version: the tensor cores where the GPU has them; version 1 is the quickest to simulate, version 2
-    where the GEMM adds a residual (version 1 has no such epilogue). Both sum in the reference's order: the same bits."""
+    where the GEMM adds a residual (version 1 has no such epilogue). Both sum in the reference's order: same bits."""
     if runtime.IS_SIM:
         return 2 if residual else 1
     return fp8_gemm.best_version()
@@ -215,7 +216,8 @@ class DeviceLinear:
         self.precision = r.gemm_precision
         self.tensor_cores = self.precision == "bf16" and bf16_tensor_cores()
         if self.tensor_cores:
-            self.bv = bf16_gemm.default_version()  # bfloat16 bits in each GEMM's NT layout, cast (and transposed) in one pass each
+            self.bv = bf16_gemm.default_version()  # bfloat16 bits in each GEMM's NT layout; x and dy in both layouts
+            # from one read each (x^T cast in the forward, for Wgrad)
             u16 = np.uint16
             self.xb, self.xbt, self.wb = _empty((M, K), u16), _empty((K, M), u16), _empty((N, K), u16)
             self.wbt = _empty((K, N), u16) if need_dx else None
@@ -270,7 +272,7 @@ class DeviceLinear:
         mark = self.prof.mark
         if self.tensor_cores:
             mark("cast and transpose")
-            bf16_gemm.cast_launch(x, self.xb)
+            bf16_gemm.cast_both_launch(x, self.xb, self.xbt)  # x^T for Wgrad from the same read of x
             bf16_gemm.cast_launch(w, self.wb)
             self.x, self.w = x, w
             mark("GEMM Fprop")
@@ -308,14 +310,13 @@ class DeviceLinear:
         mark = self.prof.mark
         if self.tensor_cores:  # NT operands: Dgrad (dy, W^T), Wgrad (dy^T, x^T)
             mark("cast and transpose")
-            bf16_gemm.cast_launch(dy, self.dyb)
             if dx is not None:
+                bf16_gemm.cast_both_launch(dy, self.dyb, self.dybt)  # dy for Dgrad and dy^T for Wgrad: one read
                 bf16_gemm.cast_launch(self.w, self.wbt, transpose=True)
                 mark("GEMM Dgrad")
                 bf16_gemm.launch(self.dyb.view(np.uint8), self.wbt.view(np.uint8), dx, self.bv)
-            mark("cast and transpose")
-            bf16_gemm.cast_launch(dy, self.dybt, transpose=True)
-            bf16_gemm.cast_launch(self.x, self.xbt, transpose=True)
+            else:
+                bf16_gemm.cast_launch(dy, self.dybt, transpose=True)
             mark("GEMM Wgrad")
             bf16_gemm.launch(self.dybt.view(np.uint8), self.xbt.view(np.uint8), dw, self.bv)
             return

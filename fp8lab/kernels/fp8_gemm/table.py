@@ -17,7 +17,8 @@ VERSIONS = {
                traits={"limited_accumulation"}, sim_cost=_cost(0.2, 3.7e-6, 0, 8, 8, 1),
                sim_costs={"accum_bits": _cost(0.6, 1.7e-5, 0, 8, 8, 32)}),
     2: Version("TILE x TILE shared-memory tiles, BLOCK_K = 128 steps, scales per tile in shared memory",
-               simt.launch_v12, traits={"limited_accumulation", "residual"}, sim_cost=_cost(0.2, 1.2e-6, 1.0e-3, 8, 8, 128),
+               simt.launch_v12, traits={"limited_accumulation", "residual"},
+               sim_cost=_cost(0.2, 1.2e-6, 1.0e-3, 8, 8, 128),
                sim_costs={"accum_bits": _cost(1.1, 1.3e-5, 0, 8, 8, 128)}),
     3: Version("SGEMM v7's 128 x 128 register-blocked core; codes dequantized per K-group while staged in shared "
                "memory", simt.launch_v3, traits={"residual"}, sim_cost=_cost(0.2, 2.0e-6, 0, 128, 128, 8)),
