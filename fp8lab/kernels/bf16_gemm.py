@@ -457,7 +457,11 @@ def checks(rng, only=None) -> list:
             to_bf16(runtime.to_device(x), out=out, transpose=transpose)
             bench.assert_codes_equal(f"to_bf16 transpose={transpose}", out.copy_to_host(),
                                      reference_to_bf16(x, transpose))
-        rows.append(("to_bf16 37x45, both layouts, NaN/Inf/-0 and overflow", "bit-exact"))
+        out, out_t = bench.poisoned((37, 45), np.uint16), bench.poisoned((45, 37), np.uint16)
+        to_bf16_both(runtime.to_device(x), out=out, out_t=out_t)
+        bench.assert_codes_equal("to_bf16_both", out.copy_to_host(), reference_to_bf16(x))
+        bench.assert_codes_equal("to_bf16_both, transposed", out_t.copy_to_host(), reference_to_bf16(x, True))
+        rows.append(("to_bf16 37x45, both layouts (and to_bf16_both), NaN/Inf/-0 and overflow", "bit-exact"))
     return rows
 
 
