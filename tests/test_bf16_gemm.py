@@ -175,3 +175,22 @@ def test_gpu_deepseek_shape_corner(rng, version):
     M, N, K = 300, 7168, 16384
     _, _, a, b = operands(rng, M, N, K)
     check(run(a, b, version, M, N), a, b)
+
+
+@pytest.mark.parametrize("shape", [(37, 45), (70, 33), pytest.param((4096, 2048), marks=pytest.mark.gpu, id="gpu")])
+def test_to_bf16_both_layouts_from_one_read(rng, shape):
+    """to_bf16_both: both layouts bit for bit the reference (NaN, Inf, -0, overflow, ties), outputs poisoned."""
+    R, C = shape
+    x = rng.standard_normal((R, C), dtype=np.float32) * np.float32(1e30)
+    x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    x[1, :2] = [1 + 2.0**-8, 1 + 3 * 2.0**-9]
+    out, out_t = poisoned((R, C), np.uint16), poisoned((C, R), np.uint16)
+    got = bg.to_bf16_both(cuda.to_device(x), out=out, out_t=out_t)
+    assert got[0] is out and got[1] is out_t
+    assert np.array_equal(out.copy_to_host(), bg.reference_to_bf16(x))
+    assert np.array_equal(out_t.copy_to_host(), bg.reference_to_bf16(x, transpose=True))
+    host = bg.to_bf16_both(x[:5, :7])
+    assert all(isinstance(h, np.ndarray) for h in host)
+    assert np.array_equal(host[1], bg.reference_to_bf16(x[:5, :7], transpose=True))
+    with pytest.raises(ValueError, match=r"out_t must have shape \(7, 5\)"):
+        bg.to_bf16_both(x[:5, :7], out_t=cuda.device_array((5, 7), np.uint16))

@@ -14,9 +14,14 @@ version 1: wgmma m64n128k16 for 2 warpgroups (128 x 128 tiles), four cp.async st
 version 2: version 1 pipelined: stage k's wgmma run while stage k - 1's finish (wait_group 1), five stages.
 version 3: version 2 with 128 x 256 tiles (two m64n128k16 per k-slice: 128 accumulators per thread), four stages.
 
-Other op: `to_bf16(x, out=None, transpose=False)`: float32 (R, C) -> uint16 bfloat16 bits (R, C), or (C, R) for
+`residual` (bf16_gemm, launch): the epilogue adds a float32 (M, N) array after the sum, y = residual + a b^T
+(residual may be out: out += a b^T), compiled in per flag (`make_kernel(..., add=True)`): the default kernels have
+no residual code. The kernel engine writes its residual stream this way (fp8lab.training.engine_kernels).
+
+Other ops: `to_bf16(x, out=None, transpose=False)`: float32 (R, C) -> uint16 bfloat16 bits (R, C), or (C, R) for
 transpose=True (one pass: the cast fused with the transpose, as DeepSeek-V3 fuses its FP8 cast, section 3.3.4);
-reference `reference_to_bf16`; `cast_launch` is it without checks. `launch` is the GEMM without checks.
+`to_bf16_both(x)`: both layouts from one read of x; reference `reference_to_bf16`; `cast_launch` and
+`cast_both_launch` are them without checks. `launch` is the GEMM without checks.
 
 Under the simulator the wgmma twins sum in FP32 in k order: versions 1-3 are then bit-exact with `reference_in_order`.
 On a GPU they are checked against float64 of the rounded inputs within `error_bound`. Run it:
@@ -47,10 +52,11 @@ def _smem(bn: int, stages: int) -> int:
     return stages * (TILE_BYTES + bn * BK_BYTES) + 1024  # + slack to align the tiles to 1024 bytes (the swizzle)
 
 
-def make_kernel(bn: int, stages: int, pipelined: bool):
+def make_kernel(bn: int, stages: int, pipelined: bool, add: bool = False):
     """A bf16 GEMM kernel with bn-column tiles (128 or 256), `stages` shared stages, and (pipelined) stage k's wgmma
     issued before stage k - 1's are waited for. Grid (ceil(N / bn), ceil(M / 128)), 256 threads, _smem(bn, stages)
-    bytes of dynamic shared memory; a and b are uint8 views of the bfloat16 bits (each row 2 K bytes).
+    bytes of dynamic shared memory; a and b are uint8 views of the bfloat16 bits (each row 2 K bytes). add=True: the
+    epilogue adds the residual r (float32 (M, N), may be c): c = r + acc; add=False never reads r (pass c).
 
     A 256-column tile is two m64n128k16 per k-slice into two accumulator arrays of 64 (acc0: columns 0-127, acc1:
     128-255), not one m64n256k16 into 128: numba leaves a 128-element local array in local memory (ptxas reports a
@@ -61,6 +67,7 @@ def make_kernel(bn: int, stages: int, pipelined: bool):
     wait_all = ptx.wgmma_wait_group(0, REGS)
     wait_one = ptx.wgmma_wait_group(1, REGS)
     store = make_store_wgmma(128)
+    store_add = make_store_wgmma(128, add=True)
     stage_bytes = TILE_BYTES + bn * BK_BYTES
     ahead = stages - 2 if pipelined else stages - 1  # stages copied ahead of the one the tensor cores read
     # copies of stage kt done; the non-pipelined loop has committed one group more (its load precedes the wait)
@@ -101,7 +108,7 @@ def make_kernel(bn: int, stages: int, pipelined: bool):
                 wait_all(acc1)
 
     @cuda.jit
-    def bf16_gemm_kernel(a, b, c, vec):
+    def bf16_gemm_kernel(a, b, c, r, vec):
         """Warpgroup wg computes rows 64 wg .. 64 wg + 63 of the block's 128 x bn tile (bn / 2 float32 accumulators
         per thread). Not pipelined (version 1): per stage copy ahead, wait for the copies, issue 4 wgmma, wait for
         them, barrier. Pipelined (2, 3): the wait for stage k's wgmma moves to stage k + 1 (wait_group 1), so the
@@ -146,20 +153,28 @@ def make_kernel(bn: int, stages: int, pipelined: bool):
             if not pipelined:
                 cuda.syncthreads()  # the stage is free for the copies of iteration kt + 1
         wait(acc0, acc1, False)
-        store(c, acc0, row0, n0, t % 4, M, N)
-        if two:
-            store(c, acc1, row0, n0 + 128, t % 4, M, N)
+        if add:  # the residual added after the sum (compiled in)
+            store_add(c, acc0, row0, n0, t % 4, M, N, r)
+            if two:
+                store_add(c, acc1, row0, n0 + 128, t % 4, M, N, r)
+        else:
+            store(c, acc0, row0, n0, t % 4, M, N)
+            if two:
+                store(c, acc1, row0, n0 + 128, t % 4, M, N)
 
     return bf16_gemm_kernel
 
 
 def _launcher(bn: int, stages: int, pipelined: bool):
-    def launch(a8, b8, out, stream=0):
+    def launch(a8, b8, out, stream=0, residual=None):
         vec = vec_ok(a8, 16) & vec_ok(b8, 16)
-        kernel = runtime.cached(("bf16_gemm", bn, stages, pipelined), lambda: make_kernel(bn, stages, pipelined))
+        add = residual is not None
+        kernel = runtime.cached(("bf16_gemm", bn, stages, pipelined) + (("add",) if add else ()),
+                                lambda: make_kernel(bn, stages, pipelined, add))
         M, N = out.shape
         grid = ((N + bn - 1) // bn, (M + BM - 1) // BM)
-        runtime.launch_with_shared(kernel, grid, THREADS, _smem(bn, stages), a8, b8, out, vec, stream=stream)
+        runtime.launch_with_shared(kernel, grid, THREADS, _smem(bn, stages), a8, b8, out,
+                                   out if residual is None else residual, vec, stream=stream)
 
     launch.bn, launch.stages, launch.pipelined = bn, stages, pipelined
     return launch
@@ -255,6 +270,25 @@ def _to_bf16_t_kernel(x, out):
             out[c0 + j, r0 + tx] = tile[tx, j]
 
 
+@cuda.jit
+def _to_bf16_both_kernel(x, out, out_t):
+    """out (R, C) and out_t (C, R) = bfloat16 bits of x (R, C) in both layouts from one read of x: each 32 x 32 tile
+    cast once, written along out's rows at once and along out_t's rows through shared memory."""
+    tile = cuda.shared.array((_T, _T + 1), np.uint16)
+    R, C = x.shape
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    r0, c0 = cuda.blockIdx.y * _T, cuda.blockIdx.x * _T
+    for j in range(ty, _T, 8):
+        if r0 + j < R and c0 + tx < C:
+            v = bf16_store_bits(x[r0 + j, c0 + tx])
+            tile[j, tx] = v
+            out[r0 + j, c0 + tx] = v
+    cuda.syncthreads()
+    for j in range(ty, _T, 8):
+        if c0 + j < C and r0 + tx < R:
+            out_t[c0 + j, r0 + tx] = tile[tx, j]
+
+
 def to_bf16(x, out=None, transpose: bool = False):
     """uint16 bfloat16 bits of float32 x (R, C), rounded to nearest even: (R, C), or (C, R) with transpose=True
     (the cast and the transpose in one pass). NumPy in, NumPy out; a device array in, a device array out (or
@@ -272,6 +306,33 @@ def to_bf16(x, out=None, transpose: bool = False):
     if x.size:
         cast_launch(runtime.to_device(x), y, transpose)
     return y if (V.is_device_array(x) or out is not None) else y.copy_to_host()
+
+
+def to_bf16_both(x, out=None, out_t=None):
+    """(bits (R, C), bits_t (C, R)): to_bf16(x) and to_bf16(x, transpose=True) from one read of float32 x (R, C), as
+    a GEMM whose operand is needed in both NT layouts (Dgrad's dy and Wgrad's dy^T) wants them. NumPy in, NumPy
+    out; a device array in, device arrays out (or `out` / `out_t`: uint16 device arrays of those shapes)."""
+    x = V.array("x", x, dtype=np.float32, ndim=2)
+    R, C = x.shape
+    ys = []
+    for name, given, shape in (("out", out, (R, C)), ("out_t", out_t, (C, R))):
+        if given is None:
+            ys.append(cuda.device_array(shape, np.uint16))
+            continue
+        y = V.array(name, given, dtype=np.uint16, shape=shape, writable=True)
+        if not V.is_device_array(y):
+            raise TypeError(f"{name} must be a device array, got {V.describe(given)}")
+        ys.append(y)
+    cast_both_launch(runtime.to_device(x), *ys)
+    if V.is_device_array(x) or out is not None or out_t is not None:
+        return tuple(ys)
+    return tuple(y.copy_to_host() for y in ys)
+
+
+def cast_both_launch(x, out, out_t, stream=0) -> None:
+    """to_bf16_both on device arrays (no checks): x float32 (R, C) C-contiguous, out uint16 (R, C), out_t (C, R)."""
+    R, C = x.shape
+    _to_bf16_both_kernel[((C + _T - 1) // _T, (R + _T - 1) // _T), (_T, 8), stream](x, out, out_t)
 
 
 def cast_launch(x, out, transpose: bool = False, stream=0) -> None:
@@ -309,13 +370,16 @@ def default_version() -> int:
     return best(VERSIONS, BEST) if any(row.runs_here() for row in VERSIONS.values()) else BEST
 
 
-def bf16_gemm(a, b, out=None, version=None):
-    """y = a @ b.T in float32 (M, N), bfloat16 inputs, FP32 accumulation, on the tensor cores (wgmma; sm_90).
+def bf16_gemm(a, b, out=None, version=None, residual=None):
+    """y = a @ b.T (+ residual) in float32 (M, N), bfloat16 inputs, FP32 accumulation, on the tensor cores (wgmma;
+    sm_90).
 
     a (M, K), b (N, K): float32 arrays (rounded to bfloat16, nearest even, on the way in: `to_bf16`) or uint16
     arrays of bfloat16 bits; NumPy or device arrays. out: optional float32 (M, N) device array. version: 1..3
-    (None: BEST). Returns a NumPy array for NumPy inputs, else the device array. NaN or Inf inputs give NaN or Inf
-    in the outputs that use them."""
+    (None: BEST). residual: optional float32 (M, N) array (NumPy or device) added in the epilogue after the whole sum,
+    y = residual + a @ b.T with the bits of a separate add; it may be `out` itself (out += a @ b.T), every version
+    has it. Returns a NumPy array for NumPy inputs, else the device array. NaN or Inf inputs give NaN or Inf in the
+    outputs that use them."""
     a8, b8 = _operand("a", a), _operand("b", b)
     (M, Ka), (N, Kb) = a8.shape, b8.shape
     if Ka != Kb:
@@ -328,17 +392,19 @@ def bf16_gemm(a, b, out=None, version=None):
         y = V.array("out", out, dtype=np.float32, shape=(M, N), writable=True)
         if not V.is_device_array(y):
             raise TypeError(f"out must be a device array, got {V.describe(out)}")
+    if residual is not None:
+        residual = runtime.to_device(V.array("residual", residual, dtype=np.float32, shape=(M, N)))
     runtime.sim_check("fl.bf16_gemm", (M, N, Ka // 2), VERSIONS[version].cost())
     if M and N:
-        launch(a8, b8, y, version)
+        launch(a8, b8, y, version, residual=residual)
     on_device = V.is_device_array(a) or V.is_device_array(b)
     return y if (on_device or out is not None) else y.copy_to_host()
 
 
-def launch(a8, b8, out, version=BEST, stream=0):
+def launch(a8, b8, out, version=BEST, stream=0, residual=None):
     """Launch on device arrays (no checks): a8 (M, 2 K), b8 (N, 2 K) uint8 views of bfloat16 bits, out (M, N)
-    float32."""
-    VERSIONS[version].kernel(a8, b8, out, stream=stream)
+    float32; residual: None, or a float32 (M, N) device array (may be out): out = residual + a b^T."""
+    VERSIONS[version].kernel(a8, b8, out, stream=stream, residual=residual)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -391,7 +457,11 @@ def checks(rng, only=None) -> list:
             to_bf16(runtime.to_device(x), out=out, transpose=transpose)
             bench.assert_codes_equal(f"to_bf16 transpose={transpose}", out.copy_to_host(),
                                      reference_to_bf16(x, transpose))
-        rows.append(("to_bf16 37x45, both layouts, NaN/Inf/-0 and overflow", "bit-exact"))
+        out, out_t = bench.poisoned((37, 45), np.uint16), bench.poisoned((45, 37), np.uint16)
+        to_bf16_both(runtime.to_device(x), out=out, out_t=out_t)
+        bench.assert_codes_equal("to_bf16_both", out.copy_to_host(), reference_to_bf16(x))
+        bench.assert_codes_equal("to_bf16_both, transposed", out_t.copy_to_host(), reference_to_bf16(x, True))
+        rows.append(("to_bf16 37x45, both layouts (and to_bf16_both), NaN/Inf/-0 and overflow", "bit-exact"))
     return rows
 
 

@@ -9,10 +9,12 @@ Sections:
 - vector access: `vec_ok(x, nbytes)` (host: may x be read nbytes at a time?) and `load4` (four float32, one
   16-byte load where allowed);
 - the register-tiled SGEMM core: its geometry (`TILE_M`, `TILE_N`, `TILE_K`, `THREAD_M`, `THREAD_N`, ...),
-  `sgemm_fma_step` and `sgemm_store`, shared by gemm version 7 and fp8_gemm version 3;
+  `sgemm_fma_step` and `sgemm_store`, shared by gemm version 7 and fp8_gemm version 3 (`sgemm_store_add`: its
+  epilogue with a residual, c = r + acc);
 - wgmma staging, shared by fp8_gemm versions 5-7 and bf16_gemm: `copy16` (16 bytes global -> shared, cp.async
   where aligned), `load_swizzled_tile` (128 rows of 128 bytes, 128-byte swizzle, 256 threads) and
-  `make_store_wgmma(n)` (a warpgroup's m64nN float32 accumulators to global memory, edges masked).
+  `make_store_wgmma(n, add)` (a warpgroup's m64nN float32 accumulators to global memory, edges masked; add=True
+  adds a residual: c = r + acc).
 
 The FP8 codecs are plain float arithmetic that is exact (math.frexp, multiplication by powers of two,
 math.floor, comparisons, a hand-written round-half-even), so they run unchanged on the GPU (numba-cuda lowers
@@ -42,8 +44,8 @@ __all__ = [
     "encode_e4m3_sat", "encode_e4m3", "encode_e5m2_sat", "encode_e5m2", "decode_e4m3", "decode_e5m2",
     "ENCODE_SAT", "DECODE", "CVT_X2", "DECODE_X2", "nanmax", "warp_sum", "warp_max", "block_sum", "block_max",
     "tree_max", "vec_ok", "load4", "TILE_M", "TILE_N", "TILE_K", "THREAD_M", "THREAD_N", "TILE_THREADS",
-    "TILE_COLS", "TILE_BUF_ROWS", "TILE_HALF", "sgemm_fma_step", "sgemm_store", "copy16", "load_swizzled_tile",
-    "make_store_wgmma",
+    "TILE_COLS", "TILE_BUF_ROWS", "TILE_HALF", "sgemm_fma_step", "sgemm_store", "sgemm_store_add",
+    "copy16", "load_swizzled_tile", "make_store_wgmma",
 ]
 
 
@@ -364,6 +366,18 @@ def sgemm_store(c, acc, m0, n0, t_row, t_col, M, N):
                 c[m, n] = acc[i, j]
 
 
+@cuda.jit(device=True)
+def sgemm_store_add(c, acc, m0, n0, t_row, t_col, M, N, r):
+    """sgemm_store with a residual: c = r + acc where inside c (r may be c itself: c += acc). The add is the last
+    float32 operation, after the sum, so c holds bit for bit what a separate add of r and the stored acc gives."""
+    for i in range(THREAD_M):
+        m = m0 + (i // 4) * TILE_HALF + t_row * 4 + i % 4
+        for j in range(THREAD_N):
+            n = n0 + (j // 4) * TILE_HALF + t_col * 4 + j % 4
+            if m < M and n < N:
+                c[m, n] = r[m, n] + acc[i, j]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The scale of one group from its amax, spec.group_scale's "amax" rule, for kernels that quantize what they
 # compute (swiglu, norm_quant) and must match spec.quantize bit for bit
@@ -480,10 +494,24 @@ def load_swizzled_tile(s, off, x, r0, k0, rows, K, vec, tid):
         copy16(s, dst + h * 32 * 128, x, r0 + r + 32 * h, k0 + ch * 16, rows, K, vec)
 
 
-def make_store_wgmma(n: int):
+def make_store_wgmma(n: int, add: bool = False):
     """A device function store(c, acc, row0, n0, t4, M, N): this thread's n / 2 outputs of an m64nN wgmma tile
     (rows row0 and row0 + 8, registers 4j + 0, 1 and 4j + 2, 3; columns n0 + 8j + 2 t4 + (0, 1): ptx.wgmma_d_layout)
-    written to c, edges masked. n is compiled in, so the loops unroll and acc stays in registers."""
+    written to c, edges masked. n is compiled in, so the loops unroll and acc stays in registers.
+    add=True: store(c, acc, row0, n0, t4, M, N, r), the epilogue with a residual: c = r + acc, r (M, N) float32
+    read at the outputs written and nowhere else (r may be c itself: c += acc). The add comes after the sum, so c
+    holds the bits of a separate elementwise add of r and the stored acc."""
+    if add:
+        @cuda.jit(device=True)
+        def store_add(c, acc, row0, n0, t4, M, N, r):
+            for j in range(n // 8):
+                for i in range(4):
+                    row = row0 + 8 * (i // 2)
+                    col = n0 + 8 * j + 2 * t4 + i % 2
+                    if row < M and col < N:
+                        c[row, col] = r[row, col] + acc[4 * j + i]
+
+        return store_add
 
     @cuda.jit(device=True)
     def store(c, acc, row0, n0, t4, M, N):

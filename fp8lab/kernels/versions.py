@@ -19,6 +19,7 @@ TRAITS = {
     "limited_accumulation": "can emulate the tensor cores' limited-precision accumulator (accum_bits)",
     "persistent": "a grid of `sms` blocks, one per SM, loops over the output tiles",
     "streams": "launches on a CUDA stream it is given",
+    "residual": "its epilogue can add a residual to the product (out = residual + A B^T)",
 }
 
 

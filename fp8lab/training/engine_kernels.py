@@ -7,12 +7,17 @@ Which kernel runs where (the Linear GEMMs' precisions are the recipe's, fp8lab.n
                    with the tile quantization of its output, the codes going straight into W1's Fprop GEMM)
   SwiGLU           kernels.swiglu (fused with the tile quantization of h for W2's Fprop, the same way)
   Linear GEMMs     float32: kernels.gemm (SIMT); bfloat16: kernels.bf16_gemm (tensor cores, where the GPU has
-                   wgmma), else kernels.gemm on the inputs rounded by elementwise.round_bf16;
+                   wgmma: each operand cast once into both NT layouts where both are needed, bf16_gemm.to_bf16_both),
+                   else kernels.gemm on the inputs rounded by elementwise.round_bf16;
                    FP8: kernels.fp8_gemm (tensor cores on an H100/H200), with kernels.quantize (per tensor) or
                    kernels.quantize_fine (tiles, blocks, the 1x128 -> 128x1 re-quantization of the cached FP8 input
                    for Wgrad, dy's tiles for Dgrad and dy^T's for Wgrad in one pass: quantize_tile_dual)
   outlier channels elementwise.scale_cols (W1's input times d, W1 over d; and back in the backward)
-  residual add     elementwise.add;  head: kernels.gemm in float32;  loss: kernels.cross_entropy
+  residual add     forward: in W2's GEMM epilogue (fp8_gemm / bf16_gemm residual=: x_next = x + h W2^T written by
+                   the GEMM, no separate pass or buffer); after kernels.gemm (float32 recipes, bf16 off the tensor
+                   cores) still elementwise.add. Backward: in the RMSNorm backward (norm_quant.backward residual=:
+                   dx += the gradient through the norm, in place)
+  head             kernels.gemm in float32;  loss: kernels.cross_entropy
   optimizer        optim.AdamW on the flat float32 master weights (the recipe's moments)
 """
 
@@ -50,9 +55,12 @@ def bf16_tensor_cores() -> bool:
     return not runtime.IS_SIM and bf16_gemm.VERSIONS[bf16_gemm.BEST].runs_here()
 
 
-def fp8_gemm_version() -> int:
-    """fp8_gemm's version: the tensor cores where the GPU has them; version 1 is the quickest to simulate."""
-    return 1 if runtime.IS_SIM else fp8_gemm.best_version()
+def fp8_gemm_version(residual: bool = False) -> int:
+    """fp8_gemm's version: the tensor cores where the GPU has them; version 1 is the quickest to simulate, version 2
+    where the GEMM adds a residual (version 1 has no such epilogue). Both sum in the reference's order: same bits."""
+    if runtime.IS_SIM:
+        return 2 if residual else 1
+    return fp8_gemm.best_version()
 
 
 class Params:
@@ -204,11 +212,12 @@ class DeviceLinear:
     def __init__(self, recipe, M: int, N: int, K: int, prof: StepProfile = _NO_PROFILE, need_dx: bool = True):
         self.recipe = r = recipes.get(recipe)
         self.M, self.N, self.K, self.prof = M, N, K, prof
-        self.gv, self.fv = gemm_version(), fp8_gemm_version()
+        self.gv, self.fv, self.fv_residual = gemm_version(), fp8_gemm_version(), fp8_gemm_version(residual=True)
         self.precision = r.gemm_precision
         self.tensor_cores = self.precision == "bf16" and bf16_tensor_cores()
         if self.tensor_cores:
-            self.bv = bf16_gemm.default_version()  # bfloat16 bits in each GEMM's NT layout, cast (and transposed) in one pass each
+            self.bv = bf16_gemm.default_version()  # bfloat16 bits in each GEMM's NT layout; x and dy in both layouts
+            # from one read each (x^T cast in the forward, for Wgrad)
             u16 = np.uint16
             self.xb, self.xbt, self.wb = _empty((M, K), u16), _empty((K, M), u16), _empty((N, K), u16)
             self.wbt = _empty((K, N), u16) if need_dx else None
@@ -250,20 +259,23 @@ class DeviceLinear:
         """FP8 recipes: the (codes, scale) buffers of x, for a kernel that quantizes x as it computes it."""
         return self.x_codes.codes, self.x_codes.scale
 
-    def _gemm(self, a, b, out) -> None:
-        fp8_gemm.launch(a.codes, a.scale, b.codes, b.scale, out, a.kind, b.kind, a.fmt, b.fmt, version=self.fv)
+    def _gemm(self, a, b, out, residual=None) -> None:
+        fp8_gemm.launch(a.codes, a.scale, b.codes, b.scale, out, a.kind, b.kind, a.fmt, b.fmt,
+                        version=self.fv if residual is None else self.fv_residual, residual=residual)
 
-    def forward(self, x, w, y, quantized: bool = False) -> None:
-        """y = x W^T. quantized=True (FP8): x was already written, quantized, into codes_for_input(); x is then the
-        float32 x for a Wgrad that quantizes x^T afresh, or None."""
+    def forward(self, x, w, y, quantized: bool = False, residual=None) -> None:
+        """y = x W^T, or y = residual + x W^T with residual (float32 (M, N), not y): fp8_gemm and bf16_gemm add it in
+        their epilogue (the same float32 addition after the sum as a separate add, so the same bits); after
+        kernels.gemm a separate elementwise.add does it. quantized=True (FP8): x was already written, quantized,
+        into codes_for_input(); x is then the float32 x for a Wgrad that quantizes x^T afresh, or None."""
         mark = self.prof.mark
         if self.tensor_cores:
             mark("cast and transpose")
-            bf16_gemm.cast_launch(x, self.xb)
+            bf16_gemm.cast_both_launch(x, self.xb, self.xbt)  # x^T for Wgrad from the same read of x
             bf16_gemm.cast_launch(w, self.wb)
             self.x, self.w = x, w
             mark("GEMM Fprop")
-            bf16_gemm.launch(self.xb.view(np.uint8), self.wb.view(np.uint8), y, self.bv)
+            bf16_gemm.launch(self.xb.view(np.uint8), self.wb.view(np.uint8), y, self.bv, residual=residual)
             return
         if self.precision != "fp8":
             mark("cast and transpose")
@@ -274,7 +286,14 @@ class DeviceLinear:
             self.x, self.w = x, w
             elementwise.transpose(w, self.wt)
             mark("GEMM Fprop")
-            gemm.launch(x, self.wt, y, self.gv)
+            if residual is None:
+                gemm.launch(x, self.wt, y, self.gv)
+                return
+            if not hasattr(self, "xw"):  # kernels.gemm has no residual epilogue: x W^T goes through a buffer
+                self.xw = _empty((self.M, self.N))
+            gemm.launch(x, self.wt, self.xw, self.gv)
+            mark("residual add")
+            elementwise.add(residual, self.xw, y)
             return
         mark("quantize")
         if not quantized:
@@ -282,7 +301,7 @@ class DeviceLinear:
         self.x, self.w = x, w
         self.w_codes(w)
         mark("GEMM Fprop")
-        self._gemm(self.x_codes, self.w_codes, y)
+        self._gemm(self.x_codes, self.w_codes, y, residual)
 
     def backward(self, dy, dx, dw) -> None:
         """dx = dy W (Dgrad; skipped when dx is None: an input that is data) and dW = dy^T x (Wgrad) for the x and
@@ -290,14 +309,13 @@ class DeviceLinear:
         mark = self.prof.mark
         if self.tensor_cores:  # NT operands: Dgrad (dy, W^T), Wgrad (dy^T, x^T)
             mark("cast and transpose")
-            bf16_gemm.cast_launch(dy, self.dyb)
             if dx is not None:
+                bf16_gemm.cast_both_launch(dy, self.dyb, self.dybt)  # dy for Dgrad and dy^T for Wgrad: one read
                 bf16_gemm.cast_launch(self.w, self.wbt, transpose=True)
                 mark("GEMM Dgrad")
                 bf16_gemm.launch(self.dyb.view(np.uint8), self.wbt.view(np.uint8), dx, self.bv)
-            mark("cast and transpose")
-            bf16_gemm.cast_launch(dy, self.dybt, transpose=True)
-            bf16_gemm.cast_launch(self.x, self.xbt, transpose=True)
+            else:
+                bf16_gemm.cast_launch(dy, self.dybt, transpose=True)
             mark("GEMM Wgrad")
             bf16_gemm.launch(self.dybt.view(np.uint8), self.xbt.view(np.uint8), dw, self.bv)
             return
@@ -374,13 +392,12 @@ class KernelModel:
         self.u = [_empty((M, 2 * F)) for _ in range(L)]
         self.h = [_empty((M, F)) for _ in range(L)] if not self.fused else None
         self.zl = [_empty((M, D)) for _ in range(L)] if not self.fused else None  # each block's normed input
-        self.v = _empty((M, D))
         self.zf = _empty((M, D))
         self.head_t = _empty((D, V))
         self.logits = _empty((M, V))
         self.loss_fn = cross_entropy.CrossEntropyLoss(M, V)
         self.dlt = _empty((V, M))
-        self.dzf, self.dx, self.dxn, self.gy = _empty((M, D)), _empty((M, D)), _empty((M, D)), _empty((M, D))
+        self.dzf, self.dx, self.gy = _empty((M, D)), _empty((M, D)), _empty((M, D))
         self.dh, self.du = _empty((M, F)), _empty((M, 2 * F))
         self.scratch = embedding.Scratch(V, M * cfg.context)
         d = model.outlier_scales(cfg)
@@ -415,7 +432,8 @@ class KernelModel:
                 self.lin1[i].forward(None, w1, u, quantized=True)
                 mark("SwiGLU")
                 swiglu.launch_forward_quantize(u, *self.lin2[i].codes_for_input(), None, swiglu.BEST)
-                self.lin2[i].forward(None, p[f"w2_{i}"], self.v, quantized=True)
+                # x_next = x + h W2^T, the residual added in the GEMM's epilogue
+                self.lin2[i].forward(None, p[f"w2_{i}"], self.x[i + 1], quantized=True, residual=x)
             else:
                 mark("RMSNorm")
                 rmsnorm.forward(x, g, self.zl[i], self.rstd[i])
@@ -425,9 +443,7 @@ class KernelModel:
                 self.lin1[i].forward(self.zl[i], w1, u)
                 mark("SwiGLU")
                 swiglu.launch_forward(u, self.h[i])
-                self.lin2[i].forward(self.h[i], p[f"w2_{i}"], self.v)
-            mark("residual add")
-            elementwise.add(x, self.v, self.x[i + 1])
+                self.lin2[i].forward(self.h[i], p[f"w2_{i}"], self.x[i + 1], residual=x)
         L = cfg.blocks
         mark("RMSNorm")
         rmsnorm.forward(self.x[L], p["gf"], self.zf, self.rstd[L])
@@ -461,11 +477,10 @@ class KernelModel:
                 mark("outlier scaling")
                 elementwise.scale_cols(self.dzf, self.d, self.dzf)
                 elementwise.scale_cols(g[f"w1_{i}"], self.dinv, g[f"w1_{i}"])
-            mark("RMSNorm backward")
-            norm_quant.backward(self.dzf, self.x[i], None, p[f"g{i}"], self.rstd[i], self.dxn, self.gy)
+            mark("RMSNorm backward")  # dx += the gradient through the norm: the residual add in its epilogue
+            norm_quant.backward(self.dzf, self.x[i], None, p[f"g{i}"], self.rstd[i], self.dx, self.gy,
+                                residual=self.dx)
             elementwise.colsum(self.gy, g[f"g{i}"])
-            mark("residual add")
-            elementwise.add(self.dx, self.dxn, self.dx)
         mark("embedding backward")
         embedding.backward(self.dx.reshape((M * cfg.context, cfg.embed)), self.ids, g["emb"], 2,
                            scratch=self.scratch, check_range=False)

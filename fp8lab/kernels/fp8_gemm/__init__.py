@@ -27,6 +27,10 @@ version 5: wgmma m64n128k32 on 128-byte-swizzled shared tiles through descriptor
 version 6: version 5 overlapped: K-group k + 1 issued before K-group k is promoted.
 version 7: version 6 persistent: `sms` blocks loop over the output tiles, the other SMs left free.
 
+The epilogue with a residual (`residual=`, versions 2-7: RESIDUAL_VERSIONS): y = residual + A B^T, the add after
+the whole sum (the bits of a separate add), residual may be `out` itself (out += A B^T); compiled in per flag, so the
+default kernels are unchanged. The kernel engine writes its residual stream x + h W2^T this way.
+
 Where each lives: `simt` (versions 1-3, and the emulated limited accumulator of versions 1 and 2: accum_bits,
 promote_every), `tensor_cores` (versions 4-7), `table` (VERSIONS: what launches each version, what it needs, its
 traits and simulator cost), `host` (`fp8_gemm`, `launch`), `reference` (the NumPy spec and error bounds),
@@ -44,7 +48,8 @@ from .host import SIM_SMS, check_device, check_sms, device_sms, fp8_gemm, launch
 from .reference import (ALIGN, OPERAND_GRANULARITIES, abs_product, error_bound, fma_tolerance, reference, reference64,
                         tensor_core_bound)
 from .simt import TILE, kernels, make_kernel3, make_kernels
-from .table import BEST, LIMITED_VERSIONS, PERSISTENT_VERSIONS, TENSOR_CORE_VERSIONS, VERSIONS, best_version
+from .table import (BEST, LIMITED_VERSIONS, PERSISTENT_VERSIONS, RESIDUAL_VERSIONS, TENSOR_CORE_VERSIONS, VERSIONS,
+                    best_version)
 from .tensor_cores import (BK4, BM4, BM5, BN4, BN5, ROW4, SMEM4, SMEM5, STAGES4, STAGES5, THREADS4, THREADS5, TILE5,
                            make_kernel4, make_kernel5, make_kernel6, make_kernel7, tiles)
 from .timings import OPTIONS, torch_blockwise
@@ -52,13 +57,13 @@ from .timings import OPTIONS, torch_blockwise
 checks = _checks.checks
 timings = _timings.timings
 
-__all__ = ["VERSIONS", "BEST", "LIMITED_VERSIONS", "TENSOR_CORE_VERSIONS", "PERSISTENT_VERSIONS", "best_version",
-           "fp8_gemm", "launch", "check_device", "check_sms", "device_sms", "SIM_SMS", "tiles", "reference",
-           "reference64", "abs_product", "error_bound", "tensor_core_bound", "fma_tolerance", "random_operands",
-           "operand_on_device", "torch_blockwise", "kernels", "make_kernels", "make_kernel3", "make_kernel4",
-           "make_kernel5", "make_kernel6", "make_kernel7", "ALIGN", "TILE", "OPERAND_GRANULARITIES", "BK4", "BM4",
-           "BN4", "ROW4", "SMEM4", "STAGES4", "THREADS4", "BM5", "BN5", "SMEM5", "STAGES5", "THREADS5", "TILE5",
-           "OPTIONS", "checks", "timings", "main"]
+__all__ = ["VERSIONS", "BEST", "LIMITED_VERSIONS", "TENSOR_CORE_VERSIONS", "PERSISTENT_VERSIONS", "RESIDUAL_VERSIONS",
+           "best_version", "fp8_gemm", "launch", "check_device", "check_sms", "device_sms", "SIM_SMS", "tiles",
+           "reference", "reference64", "abs_product", "error_bound", "tensor_core_bound", "fma_tolerance",
+           "random_operands", "operand_on_device", "torch_blockwise", "kernels", "make_kernels", "make_kernel3",
+           "make_kernel4", "make_kernel5", "make_kernel6", "make_kernel7", "ALIGN", "TILE", "OPERAND_GRANULARITIES",
+           "BK4", "BM4", "BN4", "ROW4", "SMEM4", "STAGES4", "THREADS4", "BM5", "BN5", "SMEM5", "STAGES5", "THREADS5",
+           "TILE5", "OPTIONS", "checks", "timings", "main"]
 
 
 def main(argv=None) -> int:

@@ -11,7 +11,7 @@ from ...device.runtime import cuda
 from ...numerics.spec import ScaleKind
 from .. import versions
 from .reference import check_operand, check_options
-from .table import BEST, LIMITED_VERSIONS, PERSISTENT_VERSIONS, VERSIONS, best_version
+from .table import BEST, LIMITED_VERSIONS, PERSISTENT_VERSIONS, RESIDUAL_VERSIONS, VERSIONS, best_version
 from .tensor_cores import tiles
 
 SIM_SMS = 132
@@ -50,8 +50,16 @@ def check_sms(sms, version: int) -> int | None:
     return int(sms)
 
 
-def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None, sms=None):
-    """y = dequant(qa) @ dequant(qb).T, float32 (M, N), scales applied per K-group of 128 inside the kernel.
+def _check_residual(version: int) -> None:
+    if version not in RESIDUAL_VERSIONS:
+        have = ", ".join(map(str, RESIDUAL_VERSIONS))
+        raise ValueError(f"residual (an epilogue that adds it to the product) is implemented by versions {have}, "
+                         f"got version {version}")
+
+
+def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None, sms=None, residual=None):
+    """y = dequant(qa) @ dequant(qb).T (+ residual), float32 (M, N), scales applied per K-group of 128 inside the
+    kernel.
 
     qa: (M, K) codes, granularity "tile" (scale (M, ceil(K/128))) or "tensor" (scale (1,)); qb: (N, K) codes,
     "block" (scale (ceil(N/128), ceil(K/128))) or "tensor" ("block" for qa and "tile" for qb work too). Any
@@ -66,6 +74,11 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
     sms: version 7 only: the blocks of its persistent grid, one per SM, 1..device_sms() (None: every SM, at most
     one per output tile); the other SMs stay free for concurrent work. sms above the tile count leaves blocks
     idle.
+    residual: optional float32 (M, N) array (NumPy or device) added in the epilogue: y = residual + A B^T, the add
+    after the whole sum (one float32 rounding, the bits of `residual + fp8_gemm(qa, qb)`), so the sum never makes
+    a round trip through memory. residual may be `out` itself (out += A B^T): each element is read just before it
+    is written, by the same thread. Versions RESIDUAL_VERSIONS (2-7) have it, compiled in (the default kernels have
+    no residual code); version 1 (lecture 06's editable kernel) raises ValueError.
     Returns a NumPy array for NumPy inputs, else the device array. A NaN scale (a group that held NaN/Inf,
     see fp8lab.quantize) or a NaN code makes the outputs that use it NaN; nothing is checked for finiteness.
     """
@@ -91,21 +104,27 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
         y = V.array("out", out, dtype=np.float32, shape=(M, N))
         if not V.is_device_array(y):
             raise TypeError(f"out must be a device array, got {V.describe(out)}")
+    if residual is not None:
+        residual = runtime.to_device(V.array("residual", residual, dtype=np.float32, shape=(M, N)))
+        _check_residual(version)
     # warns once if the simulator would take minutes
     runtime.sim_check("fl.fp8_gemm", (M, N, K), VERSIONS[version].cost("accum_bits" if bits >= 0 else None))
     launch(runtime.to_device(da), runtime.to_device(dsa), runtime.to_device(db), runtime.to_device(dsb), y,
-           ScaleKind.of(qa.granularity), ScaleKind.of(qb.granularity), fa, fb, bits, promote, version, sms=grid_sms)
+           ScaleKind.of(qa.granularity), ScaleKind.of(qb.granularity), fa, fb, bits, promote, version, sms=grid_sms,
+           residual=residual)
     on_device = V.is_device_array(qa.data)
     return y if (on_device or out is not None) else y.copy_to_host()
 
 
 def launch(a, sa, b, sb, out, a_kind, b_kind, fmt_a="e4m3", fmt_b="e4m3", bits=-1, promote=0, version=BEST,
-           tc_promote=True, sms=None, stream=0):
+           tc_promote=True, sms=None, stream=0, residual=None):
     """Launch on device arrays (no checks): a_kind / b_kind a spec.ScaleKind (TENSOR, TILE, BLOCK); bits -1 = FP32.
     tc_promote=False (versions 4 and 5, per-tensor scales): no promotion, the hardware accumulator spans all of K.
     sms: a persistent version's grid (None: one block per tile). stream: versions with the "streams" trait (0: the
-    default stream)."""
+    default stream). residual: a float32 (M, N) device array (may be out): out = residual + A B^T."""
     row = VERSIONS[version]
+    if residual is not None:
+        _check_residual(version)
     if stream != 0 and not row.has("streams"):
         have = " and ".join(map(str, versions.with_trait(VERSIONS, "streams")))
         raise ValueError(f"stream is implemented by versions {have}, got version {version}")
@@ -113,4 +132,4 @@ def launch(a, sa, b, sb, out, a_kind, b_kind, fmt_a="e4m3", fmt_b="e4m3", bits=-
     sa2 = sa.reshape(1, 1) if a_kind == ScaleKind.TENSOR else sa  # per-tensor scales as (1, 1): one indexing scheme
     sb2 = sb.reshape(1, 1) if b_kind == ScaleKind.TENSOR else sb
     row.kernel(version, a, sa2, b, sb2, out, a_kind, b_kind, fmt_a, fmt_b, bits=bits, promote=promote,
-               tc_promote=tc_promote, sms=sms, stream=stream)
+               tc_promote=tc_promote, sms=sms, stream=stream, residual=residual)

@@ -38,7 +38,7 @@ from ...device.runtime import cuda
 from ...numerics import accum, formats
 from ...numerics.spec import GROUP_K
 from .. import common as C
-from ..common import DECODE_X2, sgemm_fma_step, sgemm_store, vec_ok
+from ..common import DECODE_X2, sgemm_fma_step, sgemm_store, sgemm_store_add, vec_ok
 
 ALIGN = accum.GROUP  # products per alignment group of the limited accumulator (32)
 BLOCK_K = GROUP_K  # K elements per shared tile of version 2: one scale group
@@ -134,8 +134,10 @@ def _limited_group_shared(lim, ta, i, tb, j, kk0, bits):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def make_kernels(a_kind: int, b_kind: int, bits: int, promote: int):
-    """bits < 0: FP32 accumulation; promote 0: never (only with two per-tensor operands)."""
+def make_kernels(a_kind: int, b_kind: int, bits: int, promote: int, add: bool = False):
+    """bits < 0: FP32 accumulation; promote 0: never (only with two per-tensor operands). add: version 2's epilogue
+    adds the residual res, c = res + acc (res is not read otherwise: pass c). Version 1 has no residual: it is
+    lecture 06's editable kernel, kept as plain as it was."""
 
     @cuda.jit(device=True)
     def group_scale(sa, sb, m, n, g):
@@ -170,7 +172,7 @@ def make_kernels(a_kind: int, b_kind: int, bits: int, promote: int):
             c[m, n] = acc
 
     @cuda.jit
-    def fp8_gemm_kernel2(a, sa, b, sb, luta, lutb, c):
+    def fp8_gemm_kernel2(a, sa, b, sb, luta, lutb, c, res):
         ta = cuda.shared.array((TILE, BLOCK_K), np.float32)  # decoded a[m0:m0+TILE, k0:k0+128]
         tb = cuda.shared.array((TILE, BLOCK_K_PAD), np.float32)  # decoded b rows, padded: conflict-free
         tla = cuda.shared.array(256, np.float32)  # decode tables
@@ -229,13 +231,15 @@ def make_kernels(a_kind: int, b_kind: int, bits: int, promote: int):
                     acc += lim * s
             cuda.syncthreads()
         if m < M and n < N:
+            if add:  # after the sum: the bits of a separate add of res and the stored acc
+                acc = res[m, n] + acc
             c[m, n] = acc
 
     return {1: fp8_gemm_kernel1, 2: fp8_gemm_kernel2}
 
 
-def make_kernel3(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str):
-    """Version 3 for one pair of scale kinds and formats (compiled in)."""
+def make_kernel3(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, add: bool = False):
+    """Version 3 for one pair of scale kinds and formats (compiled in); add: c = r + acc (sgemm_store_add)."""
     dec_a = DECODE_X2[fmt_a]
     dec_b = DECODE_X2[fmt_b]
 
@@ -257,7 +261,7 @@ def make_kernel3(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str):
         return w, sc
 
     @cuda.jit
-    def fp8_gemm_kernel3(a, a4, sa, b, b4, sb, c, vec_a, vec_b):
+    def fp8_gemm_kernel3(a, a4, sa, b, b4, sb, c, r, vec_a, vec_b):
         """The register-tiled SGEMM core (kernels/common.py) behind an FP8 front end. Block 256 threads, grid
         (ceil(N/128), ceil(M/128)); each thread computes 8 x 8 outputs.
 
@@ -310,14 +314,17 @@ def make_kernel3(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str):
             for kk in range(BK3):
                 sgemm_fma_step(sat, sbt, base + kk, t_row, t_col, reg_m, reg_n, acc)
             buf = 1 - buf
-        sgemm_store(c, acc, m0, n0, t_row, t_col, M, N)
+        if add:
+            sgemm_store_add(c, acc, m0, n0, t_row, t_col, M, N, r)
+        else:
+            sgemm_store(c, acc, m0, n0, t_row, t_col, M, N)
 
     return fp8_gemm_kernel3
 
 
-def kernels(a_kind: int, b_kind: int, bits: int, promote: int) -> dict:
-    """Versions 1 and 2 compiled for these scale kinds and accumulator options."""
-    key = (a_kind, b_kind, bits, promote)
+def kernels(a_kind: int, b_kind: int, bits: int, promote: int, add: bool = False) -> dict:
+    """Versions 1 and 2 compiled for these scale kinds and accumulator options (add: with a residual)."""
+    key = (a_kind, b_kind, bits, promote, add)
     return runtime.cached(("fp8_gemm.v12",) + key, lambda: make_kernels(*key))
 
 
@@ -326,20 +333,26 @@ def _lut(fmt: str):
     return runtime.cached(("fp8_gemm.lut", fmt), lambda: cuda.to_device(formats.value_table(fmt)))
 
 
-def launch_v12(version, a, sa, b, sb, out, a_kind, b_kind, fmt_a, fmt_b, bits, promote, **_):
-    """Versions 1 and 2 on device arrays: TILE x TILE threads a block, one per output."""
-    k = kernels(a_kind, b_kind, bits, promote)[version]
+def launch_v12(version, a, sa, b, sb, out, a_kind, b_kind, fmt_a, fmt_b, bits, promote, residual=None, **_):
+    """Versions 1 and 2 on device arrays: TILE x TILE threads a block, one per output; version 2: out = residual +
+    A B^T when residual is given."""
+    k = kernels(a_kind, b_kind, bits, promote, residual is not None)[version]
     grid = ((out.shape[1] + TILE - 1) // TILE, (out.shape[0] + TILE - 1) // TILE)
-    k[grid, (TILE, TILE)](a, sa, b, sb, _lut(fmt_a), _lut(fmt_b), out)
+    if version == 1:  # no residual (the host refuses one)
+        k[grid, (TILE, TILE)](a, sa, b, sb, _lut(fmt_a), _lut(fmt_b), out)
+    else:
+        k[grid, (TILE, TILE)](a, sa, b, sb, _lut(fmt_a), _lut(fmt_b), out, out if residual is None else residual)
 
 
-def launch_v3(version, a, sa, b, sb, out, a_kind, b_kind, fmt_a, fmt_b, **_):
-    """Version 3 on device arrays: 256 threads a 128 x 128 tile; rows of codes read as aligned uint32 where they are."""
-    kernel = runtime.cached(("fp8_gemm.v3", a_kind, b_kind, fmt_a, fmt_b),
-                            lambda: make_kernel3(a_kind, b_kind, fmt_a, fmt_b))
+def launch_v3(version, a, sa, b, sb, out, a_kind, b_kind, fmt_a, fmt_b, residual=None, **_):
+    """Version 3 on device arrays: 256 threads a 128 x 128 tile; rows of codes read as aligned uint32 where they are.
+    out = residual + A B^T when residual is given."""
+    add = residual is not None
+    kernel = runtime.cached(("fp8_gemm.v3", a_kind, b_kind, fmt_a, fmt_b) + (("add",) if add else ()),
+                            lambda: make_kernel3(a_kind, b_kind, fmt_a, fmt_b, add))
     M, N = out.shape
     grid = ((N + BN3 - 1) // BN3, (M + BM3 - 1) // BM3)
     va, vb = vec_ok(a, 4), vec_ok(b, 4)
     a4 = a.view(np.uint32) if va else runtime.unused_array(np.uint32)
     b4 = b.view(np.uint32) if vb else runtime.unused_array(np.uint32)
-    kernel[grid, THREADS3](a, a4, sa, b, b4, sb, out, va, vb)
+    kernel[grid, THREADS3](a, a4, sa, b, b4, sb, out, out if residual is None else residual, va, vb)

@@ -17,21 +17,23 @@ VERSIONS = {
                traits={"limited_accumulation"}, sim_cost=_cost(0.2, 3.7e-6, 0, 8, 8, 1),
                sim_costs={"accum_bits": _cost(0.6, 1.7e-5, 0, 8, 8, 32)}),
     2: Version("TILE x TILE shared-memory tiles, BLOCK_K = 128 steps, scales per tile in shared memory",
-               simt.launch_v12, traits={"limited_accumulation"}, sim_cost=_cost(0.2, 1.2e-6, 1.0e-3, 8, 8, 128),
+               simt.launch_v12, traits={"limited_accumulation", "residual"},
+               sim_cost=_cost(0.2, 1.2e-6, 1.0e-3, 8, 8, 128),
                sim_costs={"accum_bits": _cost(1.1, 1.3e-5, 0, 8, 8, 128)}),
     3: Version("SGEMM v7's 128 x 128 register-blocked core; codes dequantized per K-group while staged in shared "
-               "memory", simt.launch_v3, sim_cost=_cost(0.2, 2.0e-6, 0, 128, 128, 8)),
+               "memory", simt.launch_v3, traits={"residual"}, sim_cost=_cost(0.2, 2.0e-6, 0, 128, 128, 8)),
     4: Version("tensor cores, mma.sync m16n8k32: 3-buffer cp.async ring, ldmatrix fragments, promotion every 128",
-               tensor_cores.launch_mma, needs=ptx.MMA_FP8, traits={"tensor_cores"},
+               tensor_cores.launch_mma, needs=ptx.MMA_FP8, traits={"tensor_cores", "residual"},
                sim_cost=_cost(0.2, 1.2e-6, 0, 128, 128, 128)),
     5: Version("tensor cores, wgmma m64n128k32: 4-stage cp.async pipeline, swizzled tiles, descriptors, promotion "
-               "every 128", tensor_cores.launch_mma, needs=ptx.WGMMA, traits={"tensor_cores"},
+               "every 128", tensor_cores.launch_mma, needs=ptx.WGMMA, traits={"tensor_cores", "residual"},
                sim_cost=_cost(0.2, 3.3e-7, 0, 128, 128, 128)),
     6: Version("version 5 overlapped: group k+1's wgmma issued before group k is promoted, one barrier per K-group",
-               tensor_cores.launch_overlapped, needs=ptx.WGMMA, traits={"tensor_cores", "streams"},
+               tensor_cores.launch_overlapped, needs=ptx.WGMMA, traits={"tensor_cores", "streams", "residual"},
                sim_cost=_cost(0.2, 3.3e-7, 0, 128, 128, 128)),
     7: Version("version 6 persistent: `sms` blocks (one per SM) loop over the output tiles, the other SMs left free",
-               tensor_cores.launch_overlapped, needs=ptx.WGMMA, traits={"tensor_cores", "streams", "persistent"},
+               tensor_cores.launch_overlapped, needs=ptx.WGMMA,
+               traits={"tensor_cores", "streams", "persistent", "residual"},
                sim_cost=_cost(0.2, 3.3e-7, 0, 128, 128, 128)),
 }
 BEST = 6
@@ -46,6 +48,8 @@ TENSOR_CORE_VERSIONS = with_trait(VERSIONS, "tensor_cores")
 twins), the hardware's own accumulator on a GPU (see `tensor_core_bound`)."""
 PERSISTENT_VERSIONS = with_trait(VERSIONS, "persistent")
 """Versions that take `sms`."""
+RESIDUAL_VERSIONS = with_trait(VERSIONS, "residual")
+"""Versions whose epilogue adds a residual (`residual=`): all but version 1, lecture 06's editable kernel."""
 
 
 def best_version() -> int:

@@ -108,11 +108,14 @@ def _promote_wgmma(part, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, g):
 
 _store_wgmma = make_store_wgmma(BN5)
 """This thread's 64 outputs of an m64n128 tile (the layout of _promote_wgmma), edges masked."""
+_store_wgmma_add = make_store_wgmma(BN5, add=True)
+"""_store_wgmma with a residual (the last argument r): c = r + total."""
 
 
-def make_kernel4(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool = True):
+def make_kernel4(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool = True, add: bool = False):
     """Version 4 (mma.sync) for one pair of scale kinds and formats (compiled in). promote=False (per-tensor scales
-    only, for the accumulator experiment): the partial sums stay in the tensor core's accumulator for all of K."""
+    only, for the accumulator experiment): the partial sums stay in the tensor core's accumulator for all of K.
+    add=True: the epilogue adds the residual r, c = r + total (r is not read otherwise: pass c)."""
     mma = ptx.mma_m16n8k32(fmt_a, fmt_b)
     wait_copies = ptx.cp_async_wait_group(STAGES4 - 1)
 
@@ -126,7 +129,7 @@ def make_kernel4(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
             copy16(s, off + r * ROW4 + col, x, r0 + r, k0 + col, rows, K, vec)
 
     @cuda.jit
-    def fp8_gemm_kernel4(a, sa, b, sb, c, vec):
+    def fp8_gemm_kernel4(a, sa, b, sb, c, res, vec):
         """Block 256 threads = 8 warps, grid (ceil(N/128), ceil(M/128)); warp w computes the 64 x 32 outputs at
         rows 64 (w % 2), columns 32 (w // 2) of the block's 128 x 128 tile as 4 x 4 mma.m16n8k32 tiles.
 
@@ -214,19 +217,22 @@ def make_kernel4(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
                     row = m0 + wm + 16 * i + g + 8 * (r // 2)
                     col = n0 + wn + 8 * j + 2 * t4 + r % 2
                     if row < M and col < N:
-                        c[row, col] = total[(i * 4 + j) * 4 + r]
+                        if add:  # after the sum: the bits of a separate add of the residual
+                            c[row, col] = res[row, col] + total[(i * 4 + j) * 4 + r]
+                        else:
+                            c[row, col] = total[(i * 4 + j) * 4 + r]
 
     return fp8_gemm_kernel4
 
 
-def make_kernel5(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool = True):
-    """Version 5 (wgmma) for one pair of scale kinds and formats (compiled in); promote as in make_kernel4."""
+def make_kernel5(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool = True, add: bool = False):
+    """Version 5 (wgmma) for one pair of scale kinds and formats (compiled in); promote and add as in make_kernel4."""
     issue = make_wgmma_issue(fmt_a, fmt_b)
     wait_mma = ptx.wgmma_wait_group(0, REGS5)
     wait_copies = ptx.cp_async_wait_group(STAGES5 - 1)
 
     @cuda.jit
-    def fp8_gemm_kernel5(a, sa, b, sb, c, vec):
+    def fp8_gemm_kernel5(a, sa, b, sb, c, r, vec):
         """Block 256 threads = 2 warpgroups, grid (ceil(N/128), ceil(M/128)); warpgroup w computes rows 64w..64w+63
         of the block's 128 x 128 tile with wgmma m64n128k32 (64 float32 accumulators per thread).
 
@@ -278,15 +284,20 @@ def make_kernel5(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, promote: bool
             s_all = sa[0, 0] * sb[0, 0]
             for o in range(REGS5):
                 total[o] = part[o] * s_all
-        _store_wgmma(c, total, row0, n0, t4, M, N)
+        if add:
+            _store_wgmma_add(c, total, row0, n0, t4, M, N, r)
+        else:
+            _store_wgmma(c, total, row0, n0, t4, M, N)
 
     return fp8_gemm_kernel5
 
 
 
-def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, persistent: bool = False):
+def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, persistent: bool = False,
+                 add: bool = False):
     """Version 6 (wgmma, overlapped) for one pair of scale kinds and formats and one load path (compiled in);
-    persistent=True gives version 7, the same tile code in a loop over tiles (`make_kernel7`)."""
+    persistent=True gives version 7, the same tile code in a loop over tiles (`make_kernel7`); add as in
+    make_kernel4."""
     issue = make_wgmma_issue(fmt_a, fmt_b)
     wait_one, wait_all = ptx.wgmma_wait_group(1, REGS5), ptx.wgmma_wait_group(0, REGS5)
     first_copies = ptx.cp_async_wait_group(STAGES5 - 2)  # stage 0 of the S - 1 committed in the prologue
@@ -314,7 +325,7 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, per
         _promote_wgmma(cur, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, kt)
 
     @cuda.jit(device=True)
-    def gemm_tile(a, sa, b, sb, c, smem, base, pad, p0, p1, total, m0, n0):
+    def gemm_tile(a, sa, b, sb, c, r, smem, base, pad, p0, p1, total, m0, n0):
         """The 128 x 128 output tile at rows m0, columns n0: version 5's tiles and pipeline, rearranged so that the
         tensor cores never wait for the CUDA cores: two sets of partial sums alternate (p0, p1), group kt + 1 is
         issued before group kt is promoted, and one barrier per K-group does both jobs (copies visible, previous
@@ -353,11 +364,14 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, per
         else:  # the last group
             wait_all(p0)
             _promote_wgmma(p0, total, sa, sb, a_kind, b_kind, row0, n0, t4, M, N, kt)
-        _store_wgmma(c, total, row0, n0, t4, M, N)
+        if add:
+            _store_wgmma_add(c, total, row0, n0, t4, M, N, r)
+        else:
+            _store_wgmma(c, total, row0, n0, t4, M, N)
 
     if not persistent:
         @cuda.jit
-        def fp8_gemm_kernel6(a, sa, b, sb, c):
+        def fp8_gemm_kernel6(a, sa, b, sb, c, r):
             """Block 256 threads = 2 warpgroups, grid (ceil(N/128), ceil(M/128)): one output tile per block."""
             smem = cuda.shared.array(0, U8)
             p0 = cuda.local.array(REGS5, np.float32)
@@ -365,12 +379,13 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, per
             total = cuda.local.array(REGS5, np.float32)
             base = ptx.shared_address(smem)
             pad = (1024 - base % 1024) % 1024  # the 128-byte swizzle repeats every 1024 bytes: align the tiles to it
-            gemm_tile(a, sa, b, sb, c, smem, base, pad, p0, p1, total, cuda.blockIdx.y * BM5, cuda.blockIdx.x * BN5)
+            gemm_tile(a, sa, b, sb, c, r, smem, base, pad, p0, p1, total, cuda.blockIdx.y * BM5,
+                      cuda.blockIdx.x * BN5)
 
         return fp8_gemm_kernel6
 
     @cuda.jit
-    def fp8_gemm_kernel7(a, sa, b, sb, c):
+    def fp8_gemm_kernel7(a, sa, b, sb, c, r):
         """Persistent: a 1-D grid of `sms` blocks (one per SM: a block's registers and shared memory fill an SM),
         block i computing output tiles i, i + gridDim.x, ... in row-major tile order (version 6's block order),
         as DeepGEMM's num_sms does. The SMs left out are free for other work (communication kernels)."""
@@ -390,7 +405,7 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, per
             tn -= tiles_n
             tm += 1
         while tm < tiles_m:
-            gemm_tile(a, sa, b, sb, c, smem, base, pad, p0, p1, total, tm * BM5, tn * BN5)
+            gemm_tile(a, sa, b, sb, c, r, smem, base, pad, p0, p1, total, tm * BM5, tn * BN5)
             cuda.syncthreads()  # both warpgroups' wgmma are done with the stages before the next tile refills them
             tn += cuda.gridDim.x
             while tn >= tiles_n:
@@ -400,9 +415,9 @@ def make_kernel6(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, per
     return fp8_gemm_kernel7
 
 
-def make_kernel7(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int):
+def make_kernel7(a_kind: int, b_kind: int, fmt_a: str, fmt_b: str, vec: int, add: bool = False):
     """Version 7 (version 6 persistent) for one pair of scale kinds and formats and one load path (compiled in)."""
-    return make_kernel6(a_kind, b_kind, fmt_a, fmt_b, vec, persistent=True)
+    return make_kernel6(a_kind, b_kind, fmt_a, fmt_b, vec, persistent=True, add=add)
 
 
 def tiles(M: int, N: int) -> int:
@@ -410,33 +425,43 @@ def tiles(M: int, N: int) -> int:
     return -(-M // BM5) * -(-N // BN5)
 
 
-def launch_mma(version, a, sa, b, sb, out, a_kind, b_kind, fmt_a, fmt_b, tc_promote=True, **_):
+def _add_key(residual) -> tuple:
+    """The kernel cache key's tail for the residual epilogue: () for the default kernel, whose key is unchanged."""
+    return () if residual is None else ("add",)
+
+
+def launch_mma(version, a, sa, b, sb, out, a_kind, b_kind, fmt_a, fmt_b, tc_promote=True, residual=None, **_):
     """Versions 4 and 5 on device arrays. tc_promote=False (per-tensor scales only): no promotion, the hardware
-    accumulator spans all of K (the accumulator experiment)."""
+    accumulator spans all of K (the accumulator experiment). residual: out = residual + A B^T."""
     make, smem, threads = (make_kernel4, SMEM4, THREADS4) if version == 4 else (make_kernel5, SMEM5, THREADS5)
     if not tc_promote and (a_kind, b_kind) != (0, 0):
         raise ValueError("tc_promote=False needs per-tensor scales on both operands (one scale for all of K)")
-    kernel = runtime.cached((f"fp8_gemm.v{version}", a_kind, b_kind, fmt_a, fmt_b, tc_promote),
-                            lambda: make(a_kind, b_kind, fmt_a, fmt_b, tc_promote))
+    add = residual is not None
+    kernel = runtime.cached((f"fp8_gemm.v{version}", a_kind, b_kind, fmt_a, fmt_b, tc_promote) + _add_key(residual),
+                            lambda: make(a_kind, b_kind, fmt_a, fmt_b, tc_promote, add))
     M, N = out.shape
     grid = ((N + BN4 - 1) // BN4, (M + BM4 - 1) // BM4)
-    runtime.launch_with_shared(kernel, grid, threads, smem, a, sa, b, sb, out, vec_ok(a, 16) & vec_ok(b, 16))
+    runtime.launch_with_shared(kernel, grid, threads, smem, a, sa, b, sb, out, out if residual is None else residual,
+                               vec_ok(a, 16) & vec_ok(b, 16))
 
 
-def overlapped_kernel(version, a_kind, b_kind, fmt_a, fmt_b, vec):
-    """Version 6's or 7's kernel for one pair of scale kinds and formats and one load path, built once
-    (runtime.cached)."""
+def overlapped_kernel(version, a_kind, b_kind, fmt_a, fmt_b, vec, add: bool = False):
+    """Version 6's or 7's kernel for one pair of scale kinds and formats and one load path (add: the residual
+    epilogue), built once (runtime.cached)."""
     make = make_kernel6 if version == 6 else make_kernel7
-    return runtime.cached((f"fp8_gemm.v{version}", a_kind, b_kind, fmt_a, fmt_b, vec),
-                          lambda: make(a_kind, b_kind, fmt_a, fmt_b, vec))
+    return runtime.cached((f"fp8_gemm.v{version}", a_kind, b_kind, fmt_a, fmt_b, vec) + (("add",) if add else ()),
+                          lambda: make(a_kind, b_kind, fmt_a, fmt_b, vec, add=add))
 
 
 def launch_overlapped(version, a, sa, b, sb, out, a_kind, b_kind, fmt_a, fmt_b, tc_promote=True, sms=None,
-                      stream=0, **_):
-    """Versions 6 and 7 on device arrays; version 7's grid is `sms` blocks (None: one per tile)."""
+                      stream=0, residual=None, **_):
+    """Versions 6 and 7 on device arrays; version 7's grid is `sms` blocks (None: one per tile). residual:
+    out = residual + A B^T."""
     if not tc_promote:
         raise ValueError(f"tc_promote=False is implemented by versions 4 and 5, got version {version}")
-    kernel = overlapped_kernel(version, a_kind, b_kind, fmt_a, fmt_b, vec_ok(a, 16) & vec_ok(b, 16))
+    kernel = overlapped_kernel(version, a_kind, b_kind, fmt_a, fmt_b, vec_ok(a, 16) & vec_ok(b, 16),
+                               add=residual is not None)
     M, N = out.shape
     grid = ((N + BN5 - 1) // BN5, (M + BM5 - 1) // BM5) if version == 6 else (sms or tiles(M, N))
-    runtime.launch_with_shared(kernel, grid, THREADS5, SMEM5, a, sa, b, sb, out, stream=stream)
+    runtime.launch_with_shared(kernel, grid, THREADS5, SMEM5, a, sa, b, sb, out, out if residual is None else residual,
+                               stream=stream)

@@ -223,10 +223,14 @@ def forward(x, b, g, codes, scales, rstd, z=None, *, version: int = BEST, thread
     VERSIONS[version].kernel(x, b, g, codes, scales, rstd, z, threads)
 
 
-def backward(dz, x, b, g, rstd, dx, gy, *, threads: int | None = None) -> None:
+def backward(dz, x, b, g, rstd, dx, gy, *, threads: int | None = None, residual=None) -> None:
     """Device arrays: dz, x (M, N) float32, b (N,) float32 or None, g (N,), rstd (M,) (the forward's) -> dx (M, N)
     float32 (= dy, the gradient of y = x + b and of x) and gy = dz * y * rstd (M, N) float32. The caller sums
     columns: dg = sum over rows of gy, db = sum over rows of dx (elementwise.colsum).
+
+    residual: None, or a float32 (M, N) device array added to dx as it is written (dx = residual + the gradient,
+    one float32 addition after the gradient is formed: the bits of a separate add); it may be dx itself, which then
+    accumulates (a residual block's x + f(RMSNorm(x)): the gradient through the skip plus the one through the norm).
 
     threads: threads per row block, a multiple of 32 (None: `backward_threads(N)`); as for `forward`, blocks above
     ANY_THREADS threads may fail to launch when each thread holds many elements.
@@ -240,12 +244,15 @@ def backward(dz, x, b, g, rstd, dx, gy, *, threads: int | None = None) -> None:
     _device("rstd", rstd, np.float32, (M,))
     _device("dx", dx, np.float32, (M, N))
     _device("gy", gy, np.float32, (M, N))
+    if residual is not None:
+        _device("residual", residual, np.float32, (M, N))
     threads = threads or backward_threads(N)
     per_thread = -(-N // threads)
     has_bias = b is not None
-    kernel = runtime.cached(("norm_quant.backward", threads, per_thread, has_bias),
-                            lambda: make_backward_kernel(threads, per_thread, has_bias))
-    kernel[M, threads](dz, x, b if has_bias else g, g, rstd, dx, gy)
+    add = residual is not None
+    kernel = runtime.cached(("norm_quant.backward", threads, per_thread, has_bias) + (("add",) if add else ()),
+                            lambda: make_backward_kernel(threads, per_thread, has_bias, add))
+    kernel[M, threads](dz, x, b if has_bias else g, g, rstd, dx, gy, residual if add else dx)
 
 
 # ----------------------------------------------------------------------------------------------------------------

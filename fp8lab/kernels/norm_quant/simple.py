@@ -181,13 +181,15 @@ def forward_warps(N: int) -> int:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def make_backward_kernel(threads: int, per_thread: int, has_bias: bool):
+def make_backward_kernel(threads: int, per_thread: int, has_bias: bool, add: bool = False):
     """The backward for blocks of `threads` threads, each holding up to `per_thread` elements of a row (element
     n = thread + k * threads); bias compiled in. The block size is a constant, so every load's offset from the
-    thread's first address is a constant too, and only the last k can fall past N (per_thread = ceil(N / threads))."""
+    thread's first address is a constant too, and only the last k can fall past N (per_thread = ceil(N / threads)).
+    add (compiled in): dx = res + the gradient (res may be dx: the residual stream's gradient accumulated in place);
+    without it res is not read (pass dx)."""
 
     @cuda.jit
-    def norm_quant_backward_kernel(dz, x, b, g, rstd, dx, gy):
+    def norm_quant_backward_kernel(dz, x, b, g, rstd, dx, gy, res):
         ys = cuda.local.array(per_thread, np.float32)  # registers (constant indices once unrolled)
         dzs = cuda.local.array(per_thread, np.float32)
         slots = cuda.shared.array(32, np.float32)
@@ -225,7 +227,10 @@ def make_backward_kernel(threads: int, per_thread: int, has_bias: bool):
             n = tid + np.uint64(k * threads)
             if k < per_thread - 1 or ok:
                 gn = g[n]
-                dx[m, n] = r * gn * dzs[k] - c * ys[k]
+                if add:  # added after the gradient is formed: the bits of a separate add
+                    dx[m, n] = res[m, n] + (r * gn * dzs[k] - c * ys[k])
+                else:
+                    dx[m, n] = r * gn * dzs[k] - c * ys[k]
                 gy[m, n] = dzs[k] * ys[k] * r
 
     return norm_quant_backward_kernel
