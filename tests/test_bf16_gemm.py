@@ -124,13 +124,15 @@ def test_twin_wgmma_bf16_rejects_mixed_formats():
     (lambda a, b: bg.bf16_gemm(a, b, out=np.zeros((5, 9), np.float32)), TypeError, ["out must be a device array"]),
     (lambda a, b: bg.bf16_gemm(a, b, out=cuda.device_array((9, 5), np.float32)), ValueError, ["out", "(5, 9)"]),
     (lambda a, b: bg.bf16_gemm(cuda.to_device(np.zeros((24, 5), np.uint16)).T, b), ValueError,
-     ["C-contiguous"]),
+     ["a: a device array must be C-contiguous", "(5, 24)"]),
+    (lambda a, b: bg.bf16_gemm(a, cuda.to_device(b.T.copy()).T), ValueError, ["b: a device array must be C-contiguous"]),
+    (lambda a, b: bg.to_bf16(cuda.to_device(a.T.copy()).T), ValueError, ["x: a device array must be C-contiguous"]),
     (lambda a, b: bg.to_bf16(a.view(np.uint16)), TypeError, ["x must have dtype float32"]),
     (lambda a, b: bg.to_bf16(a, transpose="yes"), TypeError, ["transpose"]),
     (lambda a, b: bg.to_bf16(a, out=cuda.device_array((5, 24), np.uint16), transpose=True), ValueError,
      ["out", "(24, 5)"]),
-], ids=["dtype", "ndim", "K", "version", "host out", "out shape", "strided bits", "cast dtype", "transpose flag",
-        "cast out shape"])
+], ids=["dtype", "ndim", "K", "version", "host out", "out shape", "strided bits", "strided values",
+        "strided cast input", "cast dtype", "transpose flag", "cast out shape"])
 def test_bad_input_names_the_argument(rng, call, exc, words):
     a, b = rng.standard_normal((5, 24), dtype=np.float32), rng.standard_normal((9, 24), dtype=np.float32)
     with pytest.raises(exc) as e:
@@ -165,7 +167,8 @@ def test_gpu_bf16_recipe_runs_on_the_tensor_cores():
     from fp8lab.training import engine_kernels
 
     lin = engine_kernels.DeviceLinear("bf16", 256, 512, 384)
-    assert lin.tensor_cores, "an sm_90 GPU runs the bf16 recipe's GEMMs through bf16_gemm"
+    # an sm_90 GPU runs the bf16 recipe's GEMMs through bf16_gemm; any other GPU keeps the SIMT GEMMs
+    assert lin.tensor_cores == bg.VERSIONS[bg.BEST].runs_here()
 
 
 @pytest.mark.gpu

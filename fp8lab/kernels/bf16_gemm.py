@@ -223,8 +223,7 @@ def reference_in_order(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
     """float32 (M, N): each output's K products (exact in float32: 8 + 8 significant bits) added in k order, one
     float32 rounding per addition: what the wgmma twins compute, bit for bit."""
     products = bf16_values(a_bits)[:, None, :] * bf16_values(b_bits)[None, :, :]
-    return np.add.accumulate(products, axis=-1, dtype=np.float32)[..., -1] if products.shape[-1] else \
-        np.zeros(products.shape[:2], np.float32)
+    return np.add.accumulate(products, axis=-1, dtype=np.float32)[..., -1]
 
 
 def error_bound(a_bits: np.ndarray, b_bits: np.ndarray) -> np.ndarray:
@@ -294,7 +293,7 @@ def to_bf16(x, out=None, transpose: bool = False):
     (the cast and the transpose in one pass). NumPy in, NumPy out; a device array in, a device array out (or
     `out`, a uint16 device array of the result's shape). NaN stays NaN, values past bfloat16's range become +-Inf."""
     transpose = V.boolean("transpose", transpose)
-    x = V.array("x", x, dtype=np.float32, ndim=2)
+    x = _contiguous("x", V.array("x", x, dtype=np.float32, ndim=2))
     R, C = x.shape
     shape = (C, R) if transpose else (R, C)
     if out is None:
@@ -303,8 +302,7 @@ def to_bf16(x, out=None, transpose: bool = False):
         y = V.array("out", out, dtype=np.uint16, shape=shape, writable=True)
         if not V.is_device_array(y):
             raise TypeError(f"out must be a device array, got {V.describe(out)}")
-    if x.size:
-        cast_launch(runtime.to_device(x), y, transpose)
+    cast_launch(runtime.to_device(x), y, transpose)  # V.array refuses empty arrays
     return y if (V.is_device_array(x) or out is not None) else y.copy_to_host()
 
 
@@ -346,25 +344,28 @@ def cast_launch(x, out, transpose: bool = False, stream=0) -> None:
         _to_bf16_kernel[blocks, threads, stream](x.reshape(n), out.reshape(n))
 
 
+def _contiguous(name: str, x):
+    """A device array as it is when C-contiguous (kernels read its rows flat), else a ValueError naming it; host arrays
+    pass (runtime.to_device makes them contiguous)."""
+    if V.is_device_array(x) and not x.is_c_contiguous():
+        raise ValueError(f"{name}: a device array must be C-contiguous (its rows are read flat), got shape "
+                         f"{tuple(x.shape)} with strides {x.strides}")
+    return x
+
+
 def _operand(name: str, x):
     """(device uint8 view of the bfloat16 bits (rows, 2 K), on the device already): float32 rounded here, uint16
     taken as bits."""
-    x = V.array(name, x, dtype=(np.float32, np.uint16), ndim=2)  # float32 values or uint16 bfloat16 bits
-    if np.dtype(x.dtype) == np.float32:
-        bits = to_bf16(x)
-        bits = bits if V.is_device_array(bits) else runtime.to_device(bits)
+    x = _contiguous(name, V.array(name, x, dtype=(np.float32, np.uint16), ndim=2))  # values, or bfloat16 bits
+    if np.dtype(x.dtype) == np.float32:  # one upload, the cast on the device
+        bits = cuda.device_array(x.shape, np.uint16)
+        cast_launch(runtime.to_device(x), bits)
     else:
-        if V.is_device_array(x):
-            if not x.is_c_contiguous():
-                raise ValueError(f"{name}: a uint16 device array must be C-contiguous (its rows are read as bytes), "
-                                 f"got strides {x.strides}")
-            bits = x
-        else:
-            bits = runtime.to_device(np.ascontiguousarray(x))
+        bits = runtime.to_device(x)
     return bits.view(np.uint8)
 
 
-def default_version() -> int:
+def best_version() -> int:
     """BEST where the device can run it (wgmma: sm_90) and under the simulator (the twins run); BEST too on a GPU
     that runs none of them, so that bf16_gemm's device check says what is missing."""
     return best(VERSIONS, BEST) if any(row.runs_here() for row in VERSIONS.values()) else BEST
@@ -384,7 +385,7 @@ def bf16_gemm(a, b, out=None, version=None, residual=None):
     (M, Ka), (N, Kb) = a8.shape, b8.shape
     if Ka != Kb:
         raise ValueError(f"a and b must share K (their second dimension): got a {tuple(a.shape)}, b {tuple(b.shape)}")
-    version = V.version("version", version, VERSIONS, default=default_version())
+    version = V.version("version", version, VERSIONS, default=best_version())
     check_device(VERSIONS, version)
     if out is None:
         y = cuda.device_array((M, N), np.float32)
@@ -395,8 +396,7 @@ def bf16_gemm(a, b, out=None, version=None, residual=None):
     if residual is not None:
         residual = runtime.to_device(V.array("residual", residual, dtype=np.float32, shape=(M, N)))
     runtime.sim_check("fl.bf16_gemm", (M, N, Ka // 2), VERSIONS[version].cost())
-    if M and N:
-        launch(a8, b8, y, version, residual=residual)
+    launch(a8, b8, y, version, residual=residual)
     on_device = V.is_device_array(a) or V.is_device_array(b)
     return y if (on_device or out is not None) else y.copy_to_host()
 
@@ -481,7 +481,10 @@ def timings(rng, args) -> list:
         if torch is not None:
             ta = torch.as_tensor(a, device="cuda").view(torch.bfloat16)
             tb = torch.as_tensor(b, device="cuda").view(torch.bfloat16)
-            ref = torch.mm(ta.float(), tb.float().t())  # float32 products of the same values (TF32 off: exact ins)
+            tf32 = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = False  # the reference in true float32
+            ref = torch.mm(ta.float(), tb.float().t())
+            torch.backends.cuda.matmul.allow_tf32 = tf32
             norm = torch.linalg.norm(ref).item()
         rows = []
         for v in VERSIONS:

@@ -216,7 +216,7 @@ class DeviceLinear:
         self.precision = r.gemm_precision
         self.tensor_cores = self.precision == "bf16" and bf16_tensor_cores()
         if self.tensor_cores:
-            self.bv = bf16_gemm.default_version()  # bfloat16 bits in each GEMM's NT layout; x and dy in both layouts
+            self.bv = bf16_gemm.best_version()  # bfloat16 bits in each GEMM's NT layout; x and dy in both layouts
             # from one read each (x^T cast in the forward, for Wgrad)
             u16 = np.uint16
             self.xb, self.xbt, self.wb = _empty((M, K), u16), _empty((K, M), u16), _empty((N, K), u16)
