@@ -30,9 +30,7 @@ MAX_MEAN_WORDS = 2000  # words of prose per lecture, on average over the lecture
 
 # Lectures not yet trimmed to the targets (issue 29): measured and printed, exempt from the three limits. Another
 # change trims each of them; it must then leave this set, which the last test enforces, so the set only shrinks.
-NOT_YET_TRIMMED = {
-    "10",  # overlap and communication
-}
+NOT_YET_TRIMMED: set = set()  # every lecture is trimmed: a new lecture meets the targets from the start
 
 FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.M | re.S)
 DISPLAY_MATH = re.compile(r"\$\$.*?\$\$|\\\[.*?\\\]", re.S)
