@@ -42,11 +42,30 @@ class TimedOp:
         return None if self.start_ms is None else self.end_ms - self.start_ms
 
 
-@dataclasses.dataclass
-class StreamsResult:
-    """`streams()`: runs["serialized"] (every op on one stream) and runs["overlapped"] (one stream each), the same
-    ops in the same issue order."""
+class _TimedRuns:
+    """What a result of timed runs (`runs`: mode -> [TimedOp]) derives: each run's total and the gain of the run
+    GAIN[1] over the run GAIN[0]."""
 
+    GAIN: tuple = ()
+
+    def total_ms(self, mode: str) -> float | None:
+        """From the start event to the end of the last op of run `mode`; None when not measured."""
+        ends = [op.end_ms for op in self.runs[mode]]
+        return None if None in ends else max(ends)
+
+    @property
+    def gain(self) -> float | None:
+        """GAIN[0]'s total / GAIN[1]'s total (1 = no gain); None when not measured."""
+        s, o = (self.total_ms(mode) for mode in self.GAIN)
+        return None if s is None or o is None else s / o
+
+
+@dataclasses.dataclass
+class StreamsResult(_TimedRuns):
+    """`streams()`: runs["serialized"] (every op on one stream) and runs["overlapped"] (one stream each), the same
+    ops in the same issue order; gain = serialized total / overlapped total."""
+
+    GAIN = ("serialized", "overlapped")
     gemm: tuple
     h2d_bytes: int
     d2h_bytes: int
@@ -60,17 +79,6 @@ class StreamsResult:
     def from_dict(cls, d: dict) -> "StreamsResult":
         runs = {mode: [TimedOp(**op) for op in ops] for mode, ops in d["runs"].items()}
         return cls(tuple(d["gemm"]), int(d["h2d_bytes"]), int(d["d2h_bytes"]), runs)
-
-    def total_ms(self, mode: str) -> float | None:
-        """From the start event to the end of the last op of run `mode`; None when not measured."""
-        ends = [op.end_ms for op in self.runs[mode]]
-        return None if None in ends else max(ends)
-
-    @property
-    def gain(self) -> float | None:
-        """serialized total / overlapped total (1 = no gain); None when not measured."""
-        s, o = self.total_ms("serialized"), self.total_ms("overlapped")
-        return None if s is None or o is None else s / o
 
     def check(self) -> None:
         """AssertionError unless both runs hold the same ops, serialized on one stream and overlapped on one stream
@@ -165,25 +173,16 @@ def streams(gemm=None, h2d_bytes=None, d2h_bytes=None, *, repeat: int = 5, rng=N
 
 
 @dataclasses.dataclass
-class OverlapTry:
+class OverlapTry(_TimedRuns):
     """`try_overlap()`: runs["one stream"] (the library's: the copy, then the GEMM, on one stream) and runs["yours"]
-    (the same ops on the streams your function chose, in its order); `streams` counts your distinct streams."""
+    (the same ops on the streams your function chose, in its order); `streams` counts your distinct streams;
+    gain = one-stream total / your total."""
 
+    GAIN = ("one stream", "yours")
     gemm: tuple
     h2d_bytes: int
     streams: int
     runs: dict
-
-    def total_ms(self, mode: str) -> float | None:
-        """From the start event to the end of the last op of run `mode`; None when not measured."""
-        ends = [op.end_ms for op in self.runs[mode]]
-        return None if None in ends else max(ends)
-
-    @property
-    def gain(self) -> float | None:
-        """one-stream total / your total (1 = no gain); None when not measured."""
-        s, o = self.total_ms("one stream"), self.total_ms("yours")
-        return None if s is None or o is None else s / o
 
     def tables(self) -> list:
         M, N, K = self.gemm
