@@ -82,6 +82,14 @@ def make_kernel(bn: int, stages: int, pipelined: bool, add: bool = False):
             load_swizzled_tile(s, so + 2 * TILE_BYTES, b, n0 + 128, k0, N, Kb, vec, tid)
 
     @cuda.jit(device=True)
+    def copy_stage(s, pad, a, b, m0, n0, ld, nk, M, N, Kb, vec, tid):
+        """Stage ld (if K has it) into its slot, then commit one cp.async group, empty or not: wait_group counts
+        groups, one per stage."""
+        if ld < nk:
+            load_stage(s, pad + (ld % stages) * stage_bytes, a, b, m0, n0, ld * BK_BYTES, M, N, Kb, vec, tid)
+        ptx.cp_async_commit()
+
+    @cuda.jit(device=True)
     def issue(acc0, acc1, s, base, so, wg, first):
         # 4 k-slices of 16 values (32 bytes: descriptor + 2) per stage; scale-d 0 only for the very first slice
         desc_a = ptx.smem_descriptor(base + so + wg * 64 * 128, 16, 1024, 1)
@@ -129,25 +137,15 @@ def make_kernel(bn: int, stages: int, pipelined: bool, add: bool = False):
             acc1[o] = _F0
         nk = (Kb + BK_BYTES - 1) // BK_BYTES
         for st in range(ahead):
-            if st < nk:
-                load_stage(smem, pad + st * stage_bytes, a, b, m0, n0, st * BK_BYTES, M, N, Kb, vec, tid)
-            ptx.cp_async_commit()  # one group per stage, empty or not: wait_group counts groups
+            copy_stage(smem, pad, a, b, m0, n0, st, nk, M, N, Kb, vec, tid)
         for kt in range(nk):
             if not pipelined:  # the slot of stage kt - 1, read and waited for, is free
-                ld = kt + ahead
-                if ld < nk:
-                    load_stage(smem, pad + (ld % stages) * stage_bytes, a, b, m0, n0, ld * BK_BYTES, M, N, Kb, vec,
-                               tid)
-                ptx.cp_async_commit()
+                copy_stage(smem, pad, a, b, m0, n0, kt + ahead, nk, M, N, Kb, vec, tid)
             wait_copies()             # this thread's copies of stage kt have landed
             ptx.fence_proxy_async()   # ... and are visible to wgmma (which reads through the async proxy)
             cuda.syncthreads()        # ... and so are every thread's; pipelined: stage kt - 2's wgmma are done
             if pipelined:  # everyone passed the wait of iteration kt - 1: the slot of stage kt - 2 is free
-                ld = kt + ahead
-                if ld < nk:
-                    load_stage(smem, pad + (ld % stages) * stage_bytes, a, b, m0, n0, ld * BK_BYTES, M, N, Kb, vec,
-                               tid)
-                ptx.cp_async_commit()
+                copy_stage(smem, pad, a, b, m0, n0, kt + ahead, nk, M, N, Kb, vec, tid)
             issue(acc0, acc1, smem, base, pad + (kt % stages) * stage_bytes, wg, kt * (BK_BYTES // 32))
             wait(acc0, acc1, pipelined)  # pipelined: stage kt - 1's wgmma are complete, stage kt's may still run
             if not pipelined:
