@@ -74,7 +74,7 @@ def _train(args) -> int:
                   engine=args.engine, progress=not args.no_progress, task=args.task, d_in=args.d_in,
                   d_out=args.d_out, noise=args.noise, context=args.context, embed=args.embed, hidden=args.hidden,
                   blocks=args.blocks, moments=args.moments, eval_every=args.eval_every, outliers=args.outliers,
-                  eval_batches=args.eval_batches, size=args.size)
+                  eval_batches=args.eval_batches, size=args.size, graph=False if args.no_graph else None)
     # everything is checked before the first recipe trains: the options, every recipe's folders, the memory
     prepared = {r: loop.prepare(r, **common) for r in recipes}
     plan = (preflight.comparison(prepared, args.save, args.resume) if folders else
@@ -414,6 +414,8 @@ def _main(argv: list[str]) -> int:
     t.add_argument("--json", help="also write the histories as JSON (a file there is replaced, and the output "
                                   "says so)")
     t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--no-graph", action="store_true", help="chars, kernels on a GPU: launch every kernel from Python "
+                   "instead of replaying the step as one CUDA graph (the same losses, bit for bit; to compare)")
 
     gen = sub.add_parser("generate", help="sample text from a language model saved by train --task chars --save DIR")
     gen.add_argument("--from", dest="source", required=True, metavar="DIR",

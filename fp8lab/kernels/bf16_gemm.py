@@ -248,13 +248,14 @@ def _to_bf16_kernel(x, out):
 
 
 _T = 32  # the transposing cast's tile: 32 x 32 through shared memory, 32 x 8 threads
+_T_PADDED = 33  # _T + 1 columns: a column of the tile spans every bank (a literal: shared.array needs one)
 
 
 @cuda.jit
 def _to_bf16_t_kernel(x, out):
     """out (C, R) = bfloat16 bits of x (R, C) transposed: a 32 x 32 tile read along x's rows and written along out's
     (both coalesced), the cast done once, between them, on the float32 value."""
-    tile = cuda.shared.array((_T, _T + 1), np.uint16)  # + 1 column: a column of the tile spans every bank
+    tile = cuda.shared.array((_T, _T_PADDED), np.uint16)
     R, C = x.shape
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     r0, c0 = cuda.blockIdx.y * _T, cuda.blockIdx.x * _T
@@ -271,7 +272,7 @@ def _to_bf16_t_kernel(x, out):
 def _to_bf16_both_kernel(x, out, out_t):
     """out (R, C) and out_t (C, R) = bfloat16 bits of x (R, C) in both layouts from one read of x: each 32 x 32 tile
     cast once, written along out's rows at once and along out_t's rows through shared memory."""
-    tile = cuda.shared.array((_T, _T + 1), np.uint16)
+    tile = cuda.shared.array((_T, _T_PADDED), np.uint16)
     R, C = x.shape
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     r0, c0 = cuda.blockIdx.y * _T, cuda.blockIdx.x * _T

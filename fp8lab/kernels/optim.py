@@ -84,9 +84,25 @@ def _decayed(decay, decay_all, i):
     return decay[i] == _ONE
 
 
+@cuda.jit(device=True)
+def _bias_corrections(bc1, bc2, schedule, step):
+    """(bc1, bc2): the scalars given, or row step[0] of the device table `schedule` (AdamW.schedule)."""
+    if schedule.shape[0] > 1:
+        j = step[0]
+        return schedule[j, 0], schedule[j, 1]
+    return bc1, bc2
+
+
 @cuda.jit
-def adamw_bf16_kernel(p, g, m, v, decay, decay_all, lr, b1, c1, b2, c2, eps, keep, bc1, bc2):
+def next_step_kernel(step):
+    """The scheduled AdamW's step index, advanced after its update (one thread)."""
+    step[0] += 1
+
+
+@cuda.jit
+def adamw_bf16_kernel(p, g, m, v, decay, decay_all, lr, b1, c1, b2, c2, eps, keep, bc1, bc2, schedule, step):
     """AdamW with bfloat16 moments: m, v are uint16 arrays of bfloat16 bits (grid-stride over the flat buffer)."""
+    bc1, bc2 = _bias_corrections(bc1, bc2, schedule, step)
     i = cuda.grid(1)
     while i < p.size:
         mf, vf = adamw_moments(g[i], bf16_load(m[i]), bf16_load(v[i]), b1, c1, b2, c2)
@@ -101,8 +117,9 @@ def adamw_bf16_kernel(p, g, m, v, decay, decay_all, lr, b1, c1, b2, c2, eps, kee
 
 
 @cuda.jit
-def adamw_fp32_kernel(p, g, m, v, decay, decay_all, lr, b1, c1, b2, c2, eps, keep, bc1, bc2):
+def adamw_fp32_kernel(p, g, m, v, decay, decay_all, lr, b1, c1, b2, c2, eps, keep, bc1, bc2, schedule, step):
     """AdamW with float32 moments."""
+    bc1, bc2 = _bias_corrections(bc1, bc2, schedule, step)
     i = cuda.grid(1)
     while i < p.size:
         mf, vf = adamw_moments(g[i], m[i], v[i], b1, c1, b2, c2)
@@ -200,6 +217,21 @@ class AdamW:
         self.t = 0
         self.config = runtime.grid_1d(self.size, THREADS, runtime.MAX_BLOCKS)
         self._kernel = adamw_bf16_kernel if self.moments == "bf16" else adamw_fp32_kernel
+        self.scheduled_until = None  # schedule(): the last step t whose bias corrections are on the device
+        self._schedule = runtime.unused_array(np.float32, 2)  # (1, 1): no schedule, the scalars are used
+        self._step = runtime.unused_array(np.int32, 1)
+
+    def schedule(self, steps: int) -> None:
+        """The bias corrections of the next `steps` steps (t + 1 .. t + steps) computed now, in float32 as step()
+        computes them, into a device table, and the step index kept on the device: each step() then reads its
+        scalars there and advances the index, so a captured step (fp8lab.device.graphs) replays correctly. The
+        host's t still counts the steps (a checkpoint saves it); stepping past the table raises."""
+        steps = V.positive_int("steps", steps)
+        rows = [adamw_bias_corrections(self.b1, self.b2, self.t + k) for k in range(1, steps + 1)]
+        rows += [(_ONE, _ONE)] * (2 - len(rows))  # a table of one row would read as "no schedule"
+        self._schedule = cuda.to_device(np.array(rows, np.float32))
+        self._step = cuda.to_device(np.zeros(1, np.int32))
+        self.scheduled_until = self.t + steps
 
     def step(self, p, g) -> None:
         """One AdamW step: p (size,) float32 updated in place from the gradient g (size,) float32. Device arrays
@@ -210,6 +242,9 @@ class AdamW:
         if host and not (p.flags.c_contiguous and p.flags.writeable):
             raise ValueError(f"p must be a writeable C-contiguous array (it is updated in place), got {V.describe(p)}")
         dp = runtime.to_device(p)
+        if self.scheduled_until is not None and self.t >= self.scheduled_until:
+            raise RuntimeError(f"AdamW.step: step {self.t + 1} is past the schedule (schedule() computed the bias "
+                               f"corrections up to step {self.scheduled_until}): schedule more steps")
         self.t += 1
         # float32 scalars (a Python float would make the kernel compute in float64), as the NumPy engine's AdamW
         # computes them
@@ -218,7 +253,9 @@ class AdamW:
         keep = _ONE - lr * _F32(self.weight_decay)
         decay, decay_all = (runtime.unused_array(np.float32, 1), 1) if self.decay is None else (self.decay, 0)
         self._kernel[self.config](dp, runtime.to_device(g), self.m, self.v, decay, decay_all, lr, b1, _ONE - b1, b2,
-                                  _ONE - b2, eps, keep, bc1, bc2)
+                                  _ONE - b2, eps, keep, bc1, bc2, self._schedule, self._step)
+        if self.scheduled_until is not None:
+            next_step_kernel[1, 1](self._step)
         if host:
             dp.copy_to_host(p)
 

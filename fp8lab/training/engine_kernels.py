@@ -411,10 +411,17 @@ class KernelModel:
     def loss(self, ids, targets, grads: bool = True) -> float:
         """Mean cross-entropy (nats) of the batch (ids (M, C) int32, targets (M,) int32, NumPy); with grads=True
         the gradients are left in params.grad."""
-        cfg, p, M, mark = self.cfg, self.params.p, self.M, self.prof.mark
-        mark("batch to device")
+        self.prof.mark("batch to device")
         self.ids.copy_to_device(np.ascontiguousarray(ids, np.int32).reshape(-1))
         self.targets.copy_to_device(np.ascontiguousarray(targets, np.int32))
+        self.run(grads)
+        self.prof.mark("loss to host")
+        return self.loss_fn.item()
+
+    def run(self, grads: bool = True) -> None:
+        """The forward, the loss (left on the device in loss_fn.loss) and, with grads=True, the backward, on the
+        batch in the `ids` and `targets` buffers: kernel launches only (what a CUDA graph captures)."""
+        cfg, p, M, mark = self.cfg, self.params.p, self.M, self.prof.mark
         mark("embedding")
         embedding.gather(p["emb"], self.ids, self.x[0].reshape((M * cfg.context, cfg.embed)), check_range=False)
         for i in range(cfg.blocks):
@@ -454,8 +461,6 @@ class KernelModel:
         self.loss_fn(self.logits, self.targets)
         if grads:
             self._backward()
-        mark("loss to host")
-        return self.loss_fn.item()
 
     def _backward(self) -> None:
         cfg, p, g, M, mark = self.cfg, self.params.p, self.params.g, self.M, self.prof.mark
@@ -484,3 +489,77 @@ class KernelModel:
         mark("embedding backward")
         embedding.backward(self.dx.reshape((M * cfg.context, cfg.embed)), self.ids, g["emb"], 2,
                            scratch=self.scratch, check_range=False)
+
+
+LOSS_RING = 1024
+"""GraphedStep: the losses of this many steps wait on the host (pinned) between two reads; the loop reads far
+sooner (fp8lab.training.loop.LOSS_READ_EVERY, and at every validation)."""
+
+
+class GraphedStep:
+    """A training step of `net` (forward, loss, backward) and its AdamW update captured once as a CUDA graph
+    (fp8lab.device.graphs) and replayed for each batch: one launch from Python instead of hundreds, and no host
+    synchronization inside a step. What changes per step lives in device memory: the batch (copied into net's
+    `ids` and `targets` before each replay, from one of two pinned host buffers, asynchronously) and AdamW's bias
+    corrections (AdamW.schedule: a table of the next `steps` steps and a step index on the device). The loss is
+    copied back asynchronously into a ring of pinned host memory and read by `losses()`, every few steps.
+
+    Every replay is the launches of an eager `net.loss(...)` then `opt.step(...)`, with the same buffers and
+    scalars: the same bits. Under the simulator the Graph twin runs the captured function at each replay."""
+
+    def __init__(self, net: KernelModel, opt, steps: int):
+        from ..device import graphs
+
+        self.net, self.opt, self.graph = net, opt, graphs.Graph()
+        self.stream = self.graph.stream
+        P = net.params
+        self.ids_h = [cuda.pinned_array(net.ids.shape, np.int32) for _ in range(2)]
+        self.tgt_h = [cuda.pinned_array(net.targets.shape, np.int32) for _ in range(2)]
+        self.copied = [cuda.event(), cuda.event()]  # each pinned batch's copy is done
+        self.used = [False, False]
+        self.loss_h = cuda.pinned_array(LOSS_RING, np.float32)
+        self.loss_done = cuda.event()
+        self.turn, self.done, self.read = 0, 0, 0
+        opt.schedule(steps)
+        t = opt.t
+
+        def step():
+            net.run(grads=True)
+            opt.step(P.flat, P.grad)
+
+        self.graph.capture(step)
+        opt.t = t  # the capture ran no step
+
+    def __call__(self, ids, targets) -> None:
+        """One step on this batch (ids (M, C), targets (M,), NumPy int32): queued on the GPU, returns at once
+        (after waiting, at most, for the copy of the batch two steps back)."""
+        k = self.turn
+        if self.used[k]:
+            self.copied[k].synchronize()  # the pinned buffer's last batch reached the device
+        self.ids_h[k][...] = np.asarray(ids, np.int32).reshape(-1)
+        self.tgt_h[k][...] = np.asarray(targets, np.int32)
+        self.net.ids.copy_to_device(self.ids_h[k], stream=self.stream)
+        self.net.targets.copy_to_device(self.tgt_h[k], stream=self.stream)
+        self.copied[k].record(self.stream)
+        self.used[k], self.turn = True, 1 - k
+        if self.done - self.read >= LOSS_RING:
+            raise RuntimeError(f"GraphedStep: {LOSS_RING} losses were not read; call losses() more often")
+        t = self.opt.t
+        self.graph.replay()
+        self.opt.t = t + 1  # what step() counts on the host (the twin's replay counted it already); the device's
+        # step index advanced in the graph
+        j = self.done % LOSS_RING
+        self.net.loss_fn.loss.copy_to_host(self.loss_h[j:j + 1], stream=self.stream)
+        self.done += 1
+
+    def losses(self) -> list:
+        """The losses (floats) of the steps since the last call, in order: waits for the GPU to finish them."""
+        self.loss_done.record(self.stream)
+        self.loss_done.synchronize()
+        out = [float(self.loss_h[j % LOSS_RING]) for j in range(self.read, self.done)]
+        self.read = self.done
+        return out
+
+    def copy_weights(self, buffer) -> None:
+        """The flat weights after the last queued step into `buffer` (pinned host memory), asynchronously."""
+        self.net.params.flat.copy_to_host(buffer, stream=self.stream)

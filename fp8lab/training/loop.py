@@ -126,6 +126,7 @@ class History:
     # chars, kernels on a GPU: GPU milliseconds per step by op (after PROFILE_SKIP steps), largest first, else None
     breakdown: dict | None = None
     device: str | None = None  # engine "torch": the device PyTorch ran on ("cuda", "cpu")
+    graph: bool = False  # chars, kernels: the step replayed as a CUDA graph after the first steps (train's graph)
 
     @property
     def floor(self) -> float:
@@ -187,6 +188,7 @@ def train(
     outliers: float | None = None,
     eval_batches: int | None = None,
     size: str = "default",
+    graph: bool | None = None,
 ) -> History:
     """Train on `task` with `recipe` and return its History (per-step losses in `history.loss`).
 
@@ -203,6 +205,11 @@ def train(
     lr, which arguments still override). Options of the other task raise a ValueError naming them.
     engine: "kernels" (default), "reference" (NumPy) or "torch" (task "chars" only; float32 or bfloat16 GEMMs;
     no checkpoints, no EMA; its validation loss once, at the end).
+    graph (task "chars", engine "kernels"): after the first steps (which compile the kernels, then are profiled op
+    by op) the step, forward, backward and AdamW, is captured once as a CUDA graph and replayed, its losses read
+    every LOSS_READ_EVERY steps (fp8lab.training.engine_kernels.GraphedStep); the same losses, bit for bit, as
+    graph=False, which launches every kernel from Python. None (default): on a GPU; under the simulator, which has
+    no graphs, off (graph=True runs the simulator's twin: the same loop, each replay run eagerly).
 
     Sizes, steps, lr and ema_decay default to the backend's (sizes("teacher")): on a GPU the original
     program's batch 64, input 512, output 256, lr 1e-3 (600 steps); under the simulator batch 8, 32 -> 16,
@@ -250,6 +257,7 @@ class Settings:
     eval_batches: int | None = None
     save: pathlib.Path | None = None
     resume: pathlib.Path | None = None
+    graph: bool = False
 
     def identity(self) -> dict:
         """task "chars": what a checkpoint of this run records as its configuration, and a resumed run must match."""
@@ -273,7 +281,7 @@ class Settings:
 def prepare(recipe="fp8-tensor", steps=None, seed=0, *, task="teacher", batch=None, d_in=None, d_out=None, lr=None,
             optimizer=None, noise=0.5, ema_decay=None, engine="kernels", progress=True, context=None, embed=None,
             hidden=None, blocks=None, moments=None, eval_every=None, save=None, resume=None, outliers=None,
-            eval_batches=None, size="default") -> Settings:
+            eval_batches=None, size="default", graph=None) -> Settings:
     """fl.train's checks of its arguments and folders, without training (fl.train's arguments; the memory is
     checked by fp8lab.training.preflight.check_memory): the Settings whose run() trains."""
     recipe = recipes.get(recipe)
@@ -290,6 +298,11 @@ def prepare(recipe="fp8-tensor", steps=None, seed=0, *, task="teacher", batch=No
         if moments == "bf16":
             raise ValueError("moments: engine='torch' keeps AdamW's moments in float32 (torch.optim.AdamW), got "
                              "moments='bf16'")
+    if graph is not None:
+        graph = V.boolean("graph", graph)
+        if graph and (task, engine) != ("chars", "kernels"):
+            raise ValueError(f"graph=True: a CUDA graph captures the kernel engine's step of task='chars', got "
+                             f"task={task!r}, engine={engine!r}")
     other = {"teacher": (("context", context), ("embed", embed), ("hidden", hidden), ("blocks", blocks),
                          ("moments", moments), ("eval_every", eval_every), ("save", save), ("resume", resume),
                          ("outliers", outliers), ("eval_batches", eval_batches)),
@@ -331,7 +344,9 @@ def prepare(recipe="fp8-tensor", steps=None, seed=0, *, task="teacher", batch=No
         eval_every = V.positive_int("eval_every", defaults["eval_every"] if eval_every is None else eval_every)
         eval_batches = V.positive_int("eval_batches", defaults["eval_batches"] if eval_batches is None else
                                       eval_batches)
-        s = Settings(**common, cfg=cfg, moments=moments, eval_every=eval_every, eval_batches=eval_batches)
+        graph = (engine == "kernels" and not runtime.IS_SIM) if graph is None else graph
+        s = Settings(**common, cfg=cfg, moments=moments, eval_every=eval_every, eval_batches=eval_batches,
+                     graph=graph)
         if save is not None:
             save = checkpoint.check_save_dir("save", save, same_as=resume)
         if resume is not None:
@@ -370,7 +385,9 @@ class CpuEma:
     DeepSeek-V3 keeps its EMA (arXiv 2412.19437, section 3.3: "stored in CPU memory and updated asynchronously
     after each training step"). `push(copy)` has `copy(buffer)` write the weights into one of two host buffers and
     returns while the worker adds that snapshot (in push order), so the next step's kernels run meanwhile;
-    `value()` waits for the worker and returns the average. NumPy releases the GIL during array arithmetic."""
+    `value()` waits for the worker and returns the average. NumPy releases the GIL during array arithmetic.
+    `push(copy, stream)`: `copy(buffer)` only queues the copy on that CUDA stream (buffers in pinned memory); the
+    worker waits for it (an event recorded after it) before reading the snapshot, so the host never waits."""
 
     def __init__(self, initial: np.ndarray, decay: float, buffers=None):
         import queue
@@ -383,22 +400,32 @@ class CpuEma:
         for e in self.free:
             e.set()
         self.turn = 0
+        self.copied = [None, None]  # push(copy, stream): the event after each buffer's queued copy
         self.todo = queue.Queue()
         threading.Thread(target=self._work, daemon=True).start()
 
     def _work(self) -> None:
         while True:
             k = self.todo.get()
+            if self.copied[k] is not None:
+                if not runtime.IS_SIM:
+                    runtime.cuda.current_context()  # this thread's driver calls need the context
+                self.copied[k].synchronize()
             self.ema *= self.decay
             self.ema += self.rest * self.buffers[k]
             self.free[k].set()
             self.todo.task_done()
 
-    def push(self, copy) -> None:
+    def push(self, copy, stream=None) -> None:
         k = self.turn
         self.free[k].wait()  # the worker is done with this buffer's previous snapshot
         self.free[k].clear()
         copy(self.buffers[k])
+        if stream is not None:
+            self.copied[k] = self.copied[k] or runtime.cuda.event()
+            self.copied[k].record(stream)
+        else:
+            self.copied[k] = None
         self.todo.put(k)
         self.turn = 1 - k
 
@@ -409,6 +436,10 @@ class CpuEma:
 
 PROFILE_SKIP = 2
 """task="chars" on the kernels: the steps after these are profiled by op (History.breakdown)."""
+PROFILE_STEPS = 3
+"""graph=True: the profiled steps run eagerly, this many of them, before the step is captured."""
+LOSS_READ_EVERY = 25
+"""graph=True: the losses are read (the host waits for the GPU) every this many steps, and at each validation."""
 
 
 def _train_chars(s: Settings) -> History:
@@ -509,7 +540,7 @@ def _train_chars(s: Settings) -> History:
     val = [(ids_all[k * batch:(k + 1) * batch], tgt_all[k * batch:(k + 1) * batch]) for k in range(eval_batches)]
     stream = np.random.default_rng([seed, 2])
     hist = History(recipe.name, engine, runtime.backend, batch, 0, 0, steps, seed, lr, "adamw", 0.0,
-                   task="chars", model=dict(dataclasses.asdict(cfg), moments=moments))
+                   task="chars", model=dict(dataclasses.asdict(cfg), moments=moments), graph=s.graph)
 
     run = s.identity()
     first = 1
@@ -546,23 +577,44 @@ def _train_chars(s: Settings) -> History:
 
     bar = tqdm(range(first, steps + 1), desc=f"{recipe.name} (chars, {engine}, {runtime.backend})",
                disable=not progress, unit="step", leave=True, initial=first - 1, total=steps)
-    start = time.perf_counter()
-    for i in bar:
-        t0 = time.perf_counter()
-        ids, tgt = c.batch(stream, "train", batch, cfg.context)
-        if engine == "kernels" and i - first >= PROFILE_SKIP:  # steady state: the first steps compile kernels
-            net.prof.start()
-        with V.no_float_warnings():
-            value, grads_of = step(ids, tgt)
+    def check_loss(value, i, grads_of):
         if not np.isfinite(value) or (hist.loss and value > DIVERGENCE_FACTOR * hist.loss[0]):
             bad_w, bad_g = _first_nonfinite(weights()), _first_nonfinite(grads_of())
             where = (f"; parameter {bad_w!r} is not finite" if bad_w else
                      f"; the first non-finite gradient is {bad_g!r}" if bad_g else "")
             raise diverged("loss", value, i, where)
-        update()
-        hist.loss.append(value)
-        push_ema()
-        hist.step_seconds.append(time.perf_counter() - t0)  # the loss was read back: the step's kernels are done
+
+    graphed, queued = None, []  # s.graph: the captured step once made; the steps whose loss is not read yet
+    start = time.perf_counter()
+    for i in bar:
+        t0 = time.perf_counter()
+        ids, tgt = c.batch(stream, "train", batch, cfg.context)
+        if s.graph and graphed is None and i - first >= PROFILE_SKIP + PROFILE_STEPS:
+            graphed = engine_kernels.GraphedStep(net, opt, steps - i + 1)
+            t0 = time.perf_counter()  # the capture is not a step's time
+        if graphed is not None:  # queued on the GPU; the losses read every LOSS_READ_EVERY steps
+            graphed(ids, tgt)
+            ema.push(graphed.copy_weights, graphed.stream)
+            queued.append((i, t0))
+            if len(queued) < LOSS_READ_EVERY and i % eval_every and i != steps:
+                continue
+            values, now = graphed.losses(), time.perf_counter()
+            per_step = (now - queued[0][1]) / len(queued)
+            for (j, _), value in zip(queued, values):
+                check_loss(value, j, lambda: P.host(P.grad))
+                hist.loss.append(value)
+                hist.step_seconds.append(per_step)
+            queued = []
+        else:
+            if engine == "kernels" and i - first >= PROFILE_SKIP:  # steady state: the first steps compile kernels
+                net.prof.start()
+            with V.no_float_warnings():
+                value, grads_of = step(ids, tgt)
+            check_loss(value, i, grads_of)
+            update()
+            hist.loss.append(value)
+            push_ema()
+            hist.step_seconds.append(time.perf_counter() - t0)  # the loss was read back: the step's kernels are done
         if i % eval_every == 0 or i == steps:
             v = float(evaluate())
             ref = min(hist.loss[0], hist.val_loss[0][1]) if hist.val_loss else hist.loss[0]

@@ -4,7 +4,8 @@
 (GPU: timings; the simulator runs the checks only). Two tables per size and one crossover:
 
 - recipes and peers: the step time (median wall time of a step, after the first steps, which compile kernels) of
-  the course's fp32, bf16 (tensor cores) and fp8-deepseek on the kernel engine, and of the same model in PyTorch:
+  the course's fp32, bf16 (tensor cores) and fp8-deepseek on the kernel engine (each step one CUDA graph; and
+  fp8-deepseek once more with every kernel launched from Python), and of the same model in PyTorch:
   BF16 autocast eager, the same under torch.compile, torchao's float8 training (rowwise and tensorwise scales) and
   Transformer Engine's block scaling (1 x 128 / 128 x 128, DeepSeek-V3's), each where it installs (a row says why
   when it does not); with the validation loss, so that speed is never read apart from parity.
@@ -92,21 +93,24 @@ def at_width(width: int, batch: int) -> dict:
     return dict(preset("large"), context=16, embed=width // 16, hidden=hidden, batch=batch)
 
 
-def course_run(recipe: str, args: dict, steps: int) -> Run:
-    """The kernel engine on `args` (preset's keys) for `steps` steps, validated once at the end."""
+def course_run(recipe: str, args: dict, steps: int, graph: bool | None = None) -> Run:
+    """The kernel engine on `args` (preset's keys) for `steps` steps, validated once at the end; graph as
+    fl.train's (None: the step replayed as a CUDA graph on a GPU)."""
     a = dict(args, steps=steps)
-    h = loop.train(recipe, task="chars", engine="kernels", progress=False, eval_every=steps, **a)
-    return Run(course_label(recipe), h.step_ms, h.eval_loss)
+    h = loop.train(recipe, task="chars", engine="kernels", progress=False, eval_every=steps, graph=graph, **a)
+    return Run(course_label(recipe, graph), h.step_ms, h.eval_loss)
 
 
-def course_label(recipe: str) -> str:
-    """"fp8lab RECIPE", and for a BF16 recipe where its GEMMs run (engine_kernels.bf16_tensor_cores)."""
+def course_label(recipe: str, graph: bool | None = None) -> str:
+    """"fp8lab RECIPE", and for a BF16 recipe where its GEMMs run (engine_kernels.bf16_tensor_cores); graph=False:
+    "(no CUDA graph)" after it."""
     from ..numerics import recipes
     from .engine_kernels import bf16_tensor_cores
 
+    label = f"fp8lab {recipe}"
     if recipes.get(recipe).gemm_precision == "bf16":
-        return f"fp8lab {recipe} (" + ("tensor cores" if bf16_tensor_cores() else "SIMT GEMMs") + ")"
-    return f"fp8lab {recipe}"
+        label += " (" + ("tensor cores" if bf16_tensor_cores() else "SIMT GEMMs") + ")"
+    return label + (" (no CUDA graph)" if graph is False else "")
 
 
 def peer_run(label: str, options: dict, args: dict, steps: int) -> Run:
@@ -133,6 +137,8 @@ def compare(size: str, steps: int | None = None, peers=PEERS) -> tuple[dict, lis
     args = preset(size)
     n = steps or args["steps"]
     runs = [course_run(r, args, n) for r in RECIPES]
+    if not runtime.IS_SIM:  # what the CUDA graph saves: DeepSeek's recipe with every kernel launched from Python
+        runs.append(course_run(RECIPES[-1], args, n, graph=False))
     runs += [peer_run(label, opt, args, n) for label, opt in peers]
     return args, runs
 
