@@ -520,6 +520,9 @@ class GraphedStep:
         self.loss_h = cuda.pinned_array(LOSS_RING, np.float32)
         self.loss_done = cuda.event()
         self.turn, self.done, self.read = 0, 0, 0
+        self.timed = not runtime.IS_SIM  # events around each replay: the GPU time of the steps (gpu_ms)
+        self.marks = []  # (before, after) event pairs, reused: the replays since the last read use the first ones
+        self.gpu_ms = 0.0  # GPU time of the replays read by the last losses() call
         opt.schedule(steps)
         t = opt.t
 
@@ -545,7 +548,14 @@ class GraphedStep:
         if self.done - self.read >= LOSS_RING:
             raise RuntimeError(f"GraphedStep: {LOSS_RING} losses were not read; call losses() more often")
         t = self.opt.t
+        n = self.done - self.read
+        if self.timed:
+            if n == len(self.marks):
+                self.marks.append((cuda.event(), cuda.event()))
+            self.marks[n][0].record(self.stream)
         self.graph.replay()
+        if self.timed:
+            self.marks[n][1].record(self.stream)
         self.opt.t = t + 1  # what step() counts on the host (the twin's replay counted it already); the device's
         # step index advanced in the graph
         j = self.done % LOSS_RING
@@ -553,10 +563,13 @@ class GraphedStep:
         self.done += 1
 
     def losses(self) -> list:
-        """The losses (floats) of the steps since the last call, in order: waits for the GPU to finish them."""
+        """The losses (floats) of the steps since the last call, in order: waits for the GPU to finish them. Sets
+        gpu_ms: the GPU time those steps' replays took (on a GPU; 0 under the simulator)."""
         self.loss_done.record(self.stream)
         self.loss_done.synchronize()
         out = [float(self.loss_h[j % LOSS_RING]) for j in range(self.read, self.done)]
+        if self.timed:
+            self.gpu_ms = sum(cuda.event_elapsed_time(a, b) for a, b in self.marks[:len(out)])
         self.read = self.done
         return out
 

@@ -127,6 +127,8 @@ class History:
     breakdown: dict | None = None
     device: str | None = None  # engine "torch": the device PyTorch ran on ("cuda", "cpu")
     graph: bool = False  # chars, kernels: the step replayed as a CUDA graph after the first steps (train's graph)
+    # graph on a GPU: the GPU time of the replayed steps over their wall time (how busy the GPU was), else None
+    gpu_busy: float | None = None
 
     @property
     def floor(self) -> float:
@@ -585,6 +587,7 @@ def _train_chars(s: Settings) -> History:
             raise diverged("loss", value, i, where)
 
     graphed, queued = None, []  # s.graph: the captured step once made; the steps whose loss is not read yet
+    busy = [0.0, 0.0]  # graph on a GPU: milliseconds of GPU time in the replays, of wall time of those steps
     start = time.perf_counter()
     for i in bar:
         t0 = time.perf_counter()
@@ -600,6 +603,10 @@ def _train_chars(s: Settings) -> History:
                 continue
             values, now = graphed.losses(), time.perf_counter()
             per_step = (now - queued[0][1]) / len(queued)
+            if graphed.timed:
+                busy[0] += graphed.gpu_ms
+                busy[1] += 1e3 * (now - queued[0][1])
+                hist.gpu_busy = busy[0] / busy[1]
             for (j, _), value in zip(queued, values):
                 check_loss(value, j, lambda: P.host(P.grad))
                 hist.loss.append(value)

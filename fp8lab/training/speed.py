@@ -76,6 +76,7 @@ class Run:
     step_ms: float | None = None
     val_loss: float | None = None
     why_not: str | None = None
+    gpu_busy: float | None = None  # the course's runs with a CUDA graph: GPU time over step time (History.gpu_busy)
 
 
 def preset(size: str) -> dict:
@@ -98,7 +99,7 @@ def course_run(recipe: str, args: dict, steps: int, graph: bool | None = None) -
     fl.train's (None: the step replayed as a CUDA graph on a GPU)."""
     a = dict(args, steps=steps)
     h = loop.train(recipe, task="chars", engine="kernels", progress=False, eval_every=steps, graph=graph, **a)
-    return Run(course_label(recipe, graph), h.step_ms, h.eval_loss)
+    return Run(course_label(recipe, graph), h.step_ms, h.eval_loss, gpu_busy=h.gpu_busy)
 
 
 def course_label(recipe: str, graph: bool | None = None) -> str:
@@ -152,16 +153,18 @@ def table(size: str, args: dict, runs: list[Run], steps: int) -> bench.Table:
     cells = []
     for r in runs:
         if r.why_not:
-            cells.append([r.label, "-", "-", "-", "-", "-", r.why_not])
+            cells.append([r.label, "-", "-", "-", "-", "-", "-", r.why_not])
             continue
-        cells.append([r.label, f"{r.step_ms:.2f} ms", _ratio(bf16.step_ms, r.step_ms),
+        cells.append([r.label, f"{r.step_ms:.2f} ms", "-" if r.gpu_busy is None else f"{r.gpu_busy:.0%}",
+                      _ratio(bf16.step_ms, r.step_ms),
                       _ratio(eager.step_ms if eager and not eager.why_not else None, r.step_ms),
                       f"{r.val_loss:.4f}", f"{(r.val_loss - bf16.val_loss) / bf16.val_loss:+.2%}", ""])
     width = args["context"] * args["embed"]
     return bench.Table(f"train --task chars --size {size}: {args['batch']} windows of {args['context']} characters a "
                        f"step, width {width}, SwiGLU {args['hidden']}, {args['blocks']} blocks, "
-                       f"{steps} steps; speedup = the other's step time / this one's", None,
-                       header=["run", "step", "speedup vs fp8lab bf16", "vs PyTorch eager", "val (nats)",
+                       f"{steps} steps; speedup = the other's step time / this one's; GPU busy = the GPU time of "
+                       "the graph's replays over their wall time", None,
+                       header=["run", "step", "GPU busy", "speedup vs fp8lab bf16", "vs PyTorch eager", "val (nats)",
                                "val vs fp8lab bf16", "not run because"], cells=cells)
 
 
