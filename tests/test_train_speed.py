@@ -20,7 +20,8 @@ from _training import cli as run_cli
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
-def test_large_preset_and_overrides():
+def test_large_preset_and_overrides(monkeypatch):
+    monkeypatch.setattr(loop.runtime, "_SIM_WARNED", set())  # it warns once per process: whatever ran before
     with pytest.warns(Warning) if loop.runtime.IS_SIM else contextlib.nullcontext():  # the simulator's estimate
         s = loop.prepare("fp8-deepseek", task="chars", size="large", batch=32, steps=1)
     assert (s.cfg.width, s.cfg.hidden, s.cfg.blocks) == (2048, 5632, 4)
@@ -63,11 +64,12 @@ def test_at_width_keeps_the_large_shape():
 
 def test_tables_show_speedups_parity_and_why_a_peer_did_not_run():
     bf16, fp8 = speed.course_label("bf16"), speed.course_label("fp8-deepseek")
-    runs = [speed.Run(bf16, 20.0, 1.80), speed.Run(fp8, 10.0, 1.8018), speed.Run(speed.PEERS[0][0], 12.5, 1.79),
-            speed.Run("torchao float8", why_not="torchao is not installed")]
+    runs = [speed.Run(bf16, 20.0, 1.80), speed.Run(fp8, 10.0, 1.8018, gpu_busy=0.934),
+            speed.Run(speed.PEERS[0][0], 12.5, 1.79), speed.Run("torchao float8", why_not="torchao is not installed")]
     head, body = speed.table("default", speed.preset("default"), runs, 250).columns(None)
     rows = {r[0]: r for r in body}
-    assert rows[fp8][2] == "2.00x" and rows[fp8][3] == "1.25x" and rows[fp8][5] == "+0.10%"
+    assert head[2] == "GPU busy" and rows[fp8][2] == "93%" and rows[bf16][2] == "-"
+    assert rows[fp8][3] == "2.00x" and rows[fp8][4] == "1.25x" and rows[fp8][6] == "+0.10%"
     assert rows["torchao float8"][-1] == "torchao is not installed"
     head, body = speed.crossover_table((512, 1024), {bf16: [4.0, 9.0], fp8: [5.0, 6.0]}, 16384).columns(None)
     assert body[-1] == ["fp8lab: bf16 / fp8-deepseek", "0.80x", "1.50x"]  # FP8 pays from width 1024 on
