@@ -125,6 +125,28 @@ def plot_crossover(widths, series: dict, path=None, subtitle: str = "", ax=None)
     return fig
 
 
+def plot_step_ladder(steps_ms: dict, title: str = "", ax=None):
+    """One horizontal bar per way of running a training step ({label: milliseconds}, in ladder order), the time
+    written at each bar's end. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.5, 0.9 + 0.45 * len(steps_ms)))
+    else:
+        fig = ax.figure
+    labels, ms = list(steps_ms), list(steps_ms.values())
+    ax.barh(range(len(ms)), ms, color=plt.get_cmap("tab10")(np.arange(len(ms)) % 10))
+    for row, v in enumerate(ms):
+        ax.text(v, row, f" {v:.2f} ms", va="center", fontsize=8)
+    ax.set_yticks(range(len(ms)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.2 * max(ms))
+    ax.set_xlabel("training step (ms, median wall time)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def plot_ladder(tflops: dict, cublas: float | None = None, path=None, ax=None, title=None, source: str = "this run"):
     """Bar chart of the ladder: TFLOP/s per version (measured) with the cuBLAS and FP32-peak lines; returns the
     figure. `source` says where the numbers come from ("this run", or a recorded run's device and date). When

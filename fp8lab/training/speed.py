@@ -47,6 +47,14 @@ def _sizes(text: str) -> list:
     return names
 
 
+def _recipes(text: str) -> list:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in RECIPES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"--recipes: a comma-separated list of {', '.join(RECIPES)}, got {text!r}")
+    return names
+
+
 def _widths(text: str) -> list:
     """--widths, checked when the command line is read: positive multiples of 16 (16 characters a window)."""
     out = []
@@ -64,6 +72,8 @@ OPTIONS = {
                      "comma-separated, multiples of 16 (default: %(default)s; empty: no crossover)"),
     "--steps": dict(type=int, default=None, help="steps per run (default: the size's own steps, so that the "
                                                  "validation loss means something; the crossover runs 30)"),
+    "--recipes": dict(type=_recipes, default=",".join(RECIPES), help="the course's recipes to time at each size "
+                      "(default: %(default)s; fp32's SIMT GEMMs take seconds a step at --sizes large)"),
     "--plot": dict(default="runs/train_crossover.png", help="where to draw the crossover (default: %(default)s)"),
 }
 
@@ -133,13 +143,13 @@ def _vocab() -> int:
     return corpus.load().vocab_size
 
 
-def compare(size: str, steps: int | None = None, peers=PEERS) -> tuple[dict, list[Run]]:
-    """Every recipe of RECIPES and every peer at a named size: (its arguments, runs)."""
+def compare(size: str, steps: int | None = None, peers=PEERS, recipes=RECIPES) -> tuple[dict, list[Run]]:
+    """Every recipe of `recipes` (RECIPES) and every peer at a named size: (its arguments, runs)."""
     args = preset(size)
     n = steps or args["steps"]
-    runs = [course_run(r, args, n) for r in RECIPES]
-    if not runtime.IS_SIM:  # what the CUDA graph saves: DeepSeek's recipe with every kernel launched from Python
-        runs.append(course_run(RECIPES[-1], args, n, graph=False))
+    runs = [course_run(r, args, n) for r in recipes]
+    if not runtime.IS_SIM and "fp8-deepseek" in recipes:  # what the CUDA graph saves: every kernel from Python
+        runs.append(course_run("fp8-deepseek", args, n, graph=False))
     runs += [peer_run(label, opt, args, n) for label, opt in peers]
     return args, runs
 
@@ -148,7 +158,7 @@ def table(size: str, args: dict, runs: list[Run], steps: int) -> bench.Table:
     """The recipes-and-peers table: step time, its ratio to the course's bf16 and to PyTorch eager, the validation
     loss and its distance from the course's bf16."""
     by = {r.label: r for r in runs}
-    bf16 = by[course_label("bf16")]
+    bf16 = by.get(course_label("bf16"))  # None when --recipes left it out: its columns say "-"
     eager = by.get(PEERS[0][0])
     cells = []
     for r in runs:
@@ -156,9 +166,10 @@ def table(size: str, args: dict, runs: list[Run], steps: int) -> bench.Table:
             cells.append([r.label, "-", "-", "-", "-", "-", "-", r.why_not])
             continue
         cells.append([r.label, f"{r.step_ms:.2f} ms", "-" if r.gpu_busy is None else f"{r.gpu_busy:.0%}",
-                      _ratio(bf16.step_ms, r.step_ms),
+                      _ratio(bf16.step_ms if bf16 else None, r.step_ms),
                       _ratio(eager.step_ms if eager and not eager.why_not else None, r.step_ms),
-                      f"{r.val_loss:.4f}", f"{(r.val_loss - bf16.val_loss) / bf16.val_loss:+.2%}", ""])
+                      f"{r.val_loss:.4f}", f"{(r.val_loss - bf16.val_loss) / bf16.val_loss:+.2%}" if bf16 else "-",
+                      ""])
     width = args["context"] * args["embed"]
     return bench.Table(f"train --task chars --size {size}: {args['batch']} windows of {args['context']} characters a "
                        f"step, width {width}, SwiGLU {args['hidden']}, {args['blocks']} blocks, "
@@ -220,7 +231,7 @@ def timings(rng, args) -> list:
     del rng
     tables = []
     for size in args.sizes:
-        sargs, runs = compare(size, args.steps)
+        sargs, runs = compare(size, args.steps, recipes=args.recipes)
         tables.append(table(size, sargs, runs, args.steps or sargs["steps"]))
     widths = args.widths
     if widths:
