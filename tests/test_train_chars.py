@@ -32,9 +32,12 @@ def test_chars_kernels_follow_the_reference(chars_runs, recipe):
     assert abs(k.ema_loss - ref.ema_loss) / ref.ema_loss < fp8lab.RECIPES[recipe].reference_rtol  # the CPU EMA, both engines
 
 
-def test_cpu_ema_adds_snapshots_in_order_off_the_main_thread(rng):
-    snaps = [rng.standard_normal(5000).astype(np.float32) for _ in range(30)]
+@pytest.mark.parametrize("chunk", [T.CpuEma.CHUNK, 1000])  # one slice; 5 slices on the thread pool
+def test_cpu_ema_adds_snapshots_in_order_off_the_main_thread(rng, monkeypatch, chunk):
+    monkeypatch.setattr(T.CpuEma, "CHUNK", chunk)
+    snaps = [rng.standard_normal(4321).astype(np.float32) for _ in range(30)]
     ema = T.CpuEma(snaps[0], 0.9)
+    assert (ema.pool is None) == (chunk > 4321)
     want = snaps[0].copy()
     for x in snaps[1:]:
         ema.push(lambda buf, x=x: np.copyto(buf, x))
