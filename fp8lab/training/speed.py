@@ -148,8 +148,10 @@ def compare(size: str, steps: int | None = None, peers=PEERS, recipes=RECIPES) -
     args = preset(size)
     n = steps or args["steps"]
     runs = [course_run(r, args, n) for r in recipes]
-    if not runtime.IS_SIM and "fp8-deepseek" in recipes:  # what the CUDA graph saves: every kernel from Python
-        runs.append(course_run("fp8-deepseek", args, n, graph=False))
+    if not runtime.IS_SIM:  # what the CUDA graph saves: the FP8 recipe with every kernel launched from Python
+        from ..numerics import recipes as R
+
+        runs += [course_run(r, args, n, graph=False) for r in recipes if R.get(r).gemm_precision == "fp8"]
     runs += [peer_run(label, opt, args, n) for label, opt in peers]
     return args, runs
 
