@@ -126,9 +126,15 @@ def _train(args) -> int:
             _torch_row(args, common, baselines, ref)
         timed = [h for h in hists if h.breakdown]
         if timed:  # kernels on a GPU: where each recipe's step goes
-            print("\nGPU time per step by op (ms; after the first steps, which compile kernels):")
+            print("\nGPU time per step by op (ms; after the first steps, which compile kernels"
+                  + ("; profiled on steps that launch every kernel from Python, before the step became one CUDA "
+                     "graph" if any(h.graph for h in timed) else "") + "):")
             for h in timed:
                 print(f"  {h.recipe:<{_name_width()}} " + ", ".join(f"{k} {v:.2f}" for k, v in h.breakdown.items()))
+            busy = [h for h in timed if h.gpu_busy is not None]
+            if busy:  # the replayed steps: GPU time over wall time
+                print("GPU busy during the CUDA graph's steps: "
+                      + ", ".join(f"{h.recipe} {h.gpu_busy:.0%}" for h in busy))
     if args.json:
         import json
 
