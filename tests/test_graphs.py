@@ -86,12 +86,32 @@ def _assert_same_run(eager, graphed):
     assert len(graphed.step_seconds) == graphed.steps and all(t > 0 for t in graphed.step_seconds)
 
 
+STEPS = T.PROFILE_SKIP + T.PROFILE_STEPS + 2  # two steps replayed
+SIM_RUN = dict(SMALL, steps=STEPS, eval_every=STEPS - 1)
+
+
+@pytest.fixture(scope="module")
+def eager_run():
+    return fp8lab.train("fp8-deepseek", graph=False, progress=False, **SIM_RUN)
+
+
 @pytest.mark.slow
-def test_graph_training_gives_the_eager_losses_bit_for_bit():
+def test_graph_training_gives_the_eager_losses_bit_for_bit(eager_run):
     """Under the simulator the Graph twin replays the step eagerly: the loop's graph path (pinned batches, the
     scheduled AdamW, losses read in groups, the EMA copied on the graph's stream) against the eager loop."""
-    steps = T.PROFILE_SKIP + T.PROFILE_STEPS + 2
-    _assert_same_run(*_graph_and_eager("fp8-deepseek", **dict(SMALL, steps=steps, eval_every=steps - 1)))
+    _assert_same_run(eager_run, fp8lab.train("fp8-deepseek", graph=True, progress=False, **SIM_RUN))
+
+
+@pytest.mark.slow
+def test_a_step_that_cannot_be_captured_runs_eagerly_with_a_warning(eager_run, monkeypatch):
+    def refuse(self, fn):
+        raise RuntimeError("cuStreamEndCapture failed: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
+
+    monkeypatch.setattr(graphs.Graph, "capture", refuse)
+    with pytest.warns(RuntimeWarning, match="could not be captured as a CUDA graph.*CAPTURE_INVALIDATED") as w:
+        h = fp8lab.train("fp8-deepseek", graph=True, progress=False, **SIM_RUN)
+    assert w[0].filename == __file__  # the warning points at the caller's line
+    assert not h.graph and h.loss == eager_run.loss and h.ema_loss == eager_run.ema_loss
 
 
 @pytest.mark.gpu

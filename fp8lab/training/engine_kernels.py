@@ -530,8 +530,10 @@ class GraphedStep:
             net.run(grads=True)
             opt.step(P.flat, P.grad)
 
-        self.graph.capture(step)
-        opt.t = t  # the capture ran no step
+        try:
+            self.graph.capture(step)
+        finally:
+            opt.t = t  # the capture ran no step (nor did a capture that failed)
 
     def __call__(self, ids, targets) -> None:
         """One step on this batch (ids (M, C), targets (M,), NumPy int32): queued on the GPU, returns at once

@@ -616,8 +616,16 @@ def _train_chars(s: Settings) -> History:
     for i in bar:
         t0 = time.perf_counter()
         ids, tgt = c.batch(stream, "train", batch, cfg.context)
-        if s.graph and graphed is None and i - first >= PROFILE_SKIP + PROFILE_STEPS:
-            graphed = engine_kernels.GraphedStep(net, opt, steps - i + 1)
+        if s.graph and graphed is None and i - first == PROFILE_SKIP + PROFILE_STEPS:
+            try:
+                graphed = engine_kernels.GraphedStep(net, opt, steps - i + 1)
+            except RuntimeError as e:  # the run goes on as graph=False would: the same losses
+                import warnings
+
+                warnings.warn(f"fl.train(graph=True): the step could not be captured as a CUDA graph ({e}); every "
+                              "kernel is launched from Python instead", RuntimeWarning,
+                              stacklevel=V.user_stacklevel())
+                hist.graph = False
             t0 = time.perf_counter()  # the capture is not a step's time
         if graphed is not None:  # queued on the GPU; the losses read every LOSS_READ_EVERY steps
             graphed(ids, tgt)
