@@ -666,6 +666,8 @@ def _train_chars(s: Settings) -> History:
             if save is not None:
                 save_now(i)
     hist.seconds = time.perf_counter() - start
+    if graphed is not None:
+        graphed.graph.close()
     if engine == "kernels":
         hist.breakdown = net.prof.ms_per_step()
     hist.eval_loss = hist.val_loss[-1][1]
