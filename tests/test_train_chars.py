@@ -10,6 +10,7 @@ import pytest
 
 import fp8lab
 from fp8lab.training import loop as T
+from fp8lab.training.ema import CpuEma
 
 from _training import ENGINES, SMALL, cli
 
@@ -32,11 +33,11 @@ def test_chars_kernels_follow_the_reference(chars_runs, recipe):
     assert abs(k.ema_loss - ref.ema_loss) / ref.ema_loss < fp8lab.RECIPES[recipe].reference_rtol  # the CPU EMA, both engines
 
 
-@pytest.mark.parametrize("chunk", [T.CpuEma.CHUNK, 1000])  # one slice; 5 slices on the thread pool
+@pytest.mark.parametrize("chunk", [CpuEma.CHUNK, 1000])  # one slice; 5 slices on the thread pool
 def test_cpu_ema_adds_snapshots_in_order_off_the_main_thread(rng, monkeypatch, chunk):
-    monkeypatch.setattr(T.CpuEma, "CHUNK", chunk)
+    monkeypatch.setattr(CpuEma, "CHUNK", chunk)
     snaps = [rng.standard_normal(4321).astype(np.float32) for _ in range(30)]
-    ema = T.CpuEma(snaps[0], 0.9)
+    ema = CpuEma(snaps[0], 0.9)
     assert (ema.pool is None) == (chunk > 4321)
     want = snaps[0].copy()
     for x in snaps[1:]:
