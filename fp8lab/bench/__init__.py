@@ -296,14 +296,16 @@ def main(module_name: str, argv=None, name: str | None = None) -> int:
                                      description=(module.__doc__ or "").strip().splitlines()[0])
     parser.add_argument("--markdown", action="store_true", help="print one BENCHMARKS.md section instead")
     parser.add_argument("--check-only", action="store_true", help="run the checks, time nothing")
-    parser.add_argument("--only", type=_only, metavar="V,...", help="check and time only these versions (or ops), "
-                        "e.g. 2 or 2,bias_add; modules with editable kernels in the lectures take it")
+    takes_only = "only" in inspect.signature(module.checks).parameters  # modules with editable kernels
+    parser.add_argument("--only", type=_only, metavar="V,...",
+                        help=("check and time only these versions (or ops), e.g. 2 or 2,bias_add" if takes_only else
+                              argparse.SUPPRESS))  # not listed where refused
     for flag, kwargs in getattr(module, "OPTIONS", {}).items():
         parser.add_argument(flag, **kwargs)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     rng = np.random.default_rng()
     t0 = time.perf_counter()
-    if args.only is not None and "only" not in inspect.signature(module.checks).parameters:
+    if args.only is not None and not takes_only:
         parser.error(f"--only: {short} checks and times every version at once (its checks take no `only`)")
     checks = module.checks(rng) if args.only is None else module.checks(rng, only=args.only)  # raises at a mismatch
     if not checks:
