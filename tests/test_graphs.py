@@ -86,7 +86,7 @@ def _assert_same_run(eager, graphed):
     assert len(graphed.step_seconds) == graphed.steps and all(t > 0 for t in graphed.step_seconds)
 
 
-STEPS = T.PROFILE_SKIP + T.PROFILE_STEPS + 2  # two steps replayed
+STEPS = T.PROFILE_SKIP + T.PROFILE_STEPS + 4  # four steps replayed: three losses read together at the validation
 SIM_RUN = dict(SMALL, steps=STEPS, eval_every=STEPS - 1)
 
 
@@ -135,3 +135,16 @@ def test_graph_is_checked():
 def test_graph_defaults_to_the_gpu():
     assert T.prepare("fp32", **SMALL).graph is (not runtime.IS_SIM)
     assert T.prepare("fp32", engine="reference", **SMALL).graph is False
+
+
+def test_an_ema_worker_error_reaches_the_caller():
+    from fp8lab.training.ema import CpuEma
+
+    ema = CpuEma(np.zeros(10, np.float32), 0.9, buffers=[np.zeros(5, np.float32), np.zeros(5, np.float32)])
+    ema.push(lambda buf: None)  # a snapshot of the wrong size: the worker's arithmetic fails
+    with pytest.raises(RuntimeError, match="the CPU EMA's worker failed: ValueError"):
+        ema.value()
+    with pytest.raises(RuntimeError, match="worker failed"):
+        ema.push(lambda buf: None)
+    with pytest.raises(RuntimeError, match="worker failed"):
+        ema.close()

@@ -156,7 +156,7 @@ def q09_timing():
     t = recorded.lookup("09.step_breakdown")["value"]
     b = t["breakdown"]["fp8-deepseek"]
     gemms = sum(ms for op, ms in b.items() if op.startswith("GEMM"))
-    assert round(4 * gemms / sum(b.values())) == 1  # "about a quarter of fp8-deepseek's GPU time"
+    assert round(4 * gemms / sum(b.values())) == 1  # "about a quarter of the GPU time of a step launched from Python"
     g = recorded.lookup("09.graph_step")["value"]
     assert round(g["launched from Python"] / g["one CUDA graph"]) == 2  # "about twice as fast"
     return {}
@@ -232,8 +232,8 @@ QUOTED = [
     ("09", "every recipe ends at {lo:.3f}-{hi:.3f} nats, {blo:.2f}-{bhi:.2f} bits per character", q09_losses),
     ("09", "(one pass is about {per_pass:.0f} steps at this batch)", q09_losses),
     ("09", "run for {steps} steps (the default is {default})", q09_losses),
-    ("09", "the FP8 GEMMs take about a quarter of `fp8-deepseek`'s GPU time. Replaying the whole step as one CUDA "
-           "graph made it about twice as fast as launching its kernels from Python", q09_timing),
+    ("09", "the FP8 GEMMs take about a quarter of the GPU time of an `fp8-deepseek` step launched from Python. "
+           "Replaying the whole step as one CUDA graph made it about twice as fast", q09_timing),
     ("10", "On the recorded H200 run ({date}) each 64 MiB copy took about {copy} ms alone ({gbs} GB/s over PCIe) and "
            "the GEMM {gemm:.1f} ms. Overlapped, each op ran a little slower than alone", q10_streams),
     ("10", "({gain:.2f}x on the recorded H200 run)", q10_streams),

@@ -74,7 +74,9 @@ class Graph:
         return self._fn is not None
 
     def capture(self, fn) -> None:
-        """Record what fn() launches (it runs no work on the GPU now); a second capture replaces the first."""
+        """Record what fn() launches (it runs no work on the GPU now); a second capture replaces the first. A
+        capture that fails raises RuntimeError (whatever CUDA or numba raised is its __cause__)."""
+        self.close()
         if runtime.IS_SIM:  # the twin: replay runs fn
             self._fn = fn
             return
@@ -86,14 +88,21 @@ class Graph:
         try:
             with _default_launches_on(self.stream):
                 fn()
-        except BaseException:
-            driver.cuStreamEndCapture(handle)  # leave the stream usable; the capture is dropped
+        except BaseException as e:
+            err, graph = driver.cuStreamEndCapture(handle)  # leave the stream usable; the capture is dropped
+            if err == driver.CUresult.CUDA_SUCCESS:
+                driver.cuGraphDestroy(graph)
+            if isinstance(e, Exception):  # numba's CudaAPIError, cuda.core's CUDAError...: not RuntimeErrors
+                raise RuntimeError(f"capturing the step failed: {type(e).__name__}: {e}") from e
             raise
         graph = _check(driver.cuStreamEndCapture(handle), "cuStreamEndCapture (a call in the step was not "
                        "allowed while capturing: a synchronous copy, an allocation or a synchronization)")
-        self.close()
-        self._graph = graph
-        self._exec = _check(driver.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        try:
+            exe = _check(driver.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        except RuntimeError:
+            driver.cuGraphDestroy(graph)
+            raise
+        self._graph, self._exec = graph, exe
         _check(driver.cuGraphUpload(self._exec, handle), "cuGraphUpload")
         self._handle, self._fn = handle, fn
 
@@ -109,10 +118,17 @@ class Graph:
         _check(driver.cuGraphLaunch(self._exec, self._handle), "cuGraphLaunch")
 
     def close(self) -> None:
-        """Free the graph (the buffers its launches use are the caller's)."""
+        """Free the graph (the buffers its launches use are the caller's); replay() then raises until the next
+        capture."""
         if self._exec is not None:
             from cuda.bindings import driver
 
             driver.cuGraphExecDestroy(self._exec)
             driver.cuGraphDestroy(self._graph)
-        self._graph = self._exec = None
+        self._graph = self._exec = self._fn = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the driver may be gone already
+            pass

@@ -193,7 +193,8 @@ adamw_bias_corrections = ops.adamw_bias_corrections  # the kernel's bc1, bc2: th
 class AdamW:
     """AdamW on float32 master weights kept in one flat buffer: p (size,) float32, updated in place by `step`.
 
-    lr, b1, b2, eps, weight_decay: the hyperparameters, kept as float32 (lr may be changed between steps).
+    lr, b1, b2, eps, weight_decay: the hyperparameters, kept as float32 (lr may be changed between steps, but not
+    after schedule(): a step captured as a CUDA graph keeps the lr it was captured with).
     decay: float32 (size,) of 0 and 1, NumPy or device array: weight decay where 1 (the Linear weights, not the
     gains or the embedding); None decays everywhere. moments: "bf16" keeps m and v as bfloat16 bit patterns in
     uint16 device arrays (`m`, `v`: half the bytes of FP32 moments, as DeepSeek-V3), "fp32" as float32.

@@ -14,7 +14,9 @@ class CpuEma:
     returns while the worker adds that snapshot (in push order), so the next step's kernels run meanwhile;
     `value()` waits for the worker and returns the average. NumPy releases the GIL during array arithmetic.
     `push(copy, stream)`: `copy(buffer)` only queues the copy on that CUDA stream (buffers in pinned memory); the
-    worker waits for it (an event recorded after it) before reading the snapshot, so the host never waits.
+    worker waits for it (an event recorded after it) before reading the snapshot; the host waits only when the
+    worker is two snapshots behind. `close()` ends the worker and its threads (fl.train calls it at the end of a
+    run); an error in the worker is raised again by the next push() or value().
 
     The update runs in place (the snapshot buffer is scaled where it lies: no temporary array) over CHUNK-sized
     slices on up to THREADS threads: at the large preset the weights are 0.55 GB, and one thread with a temporary
@@ -36,6 +38,7 @@ class CpuEma:
             e.set()
         self.turn = 0
         self.copied = [None, None]  # push(copy, stream): the event after each buffer's queued copy
+        self.error = None  # what stopped the worker, raised again in the caller's thread
         self.todo = queue.Queue()
         self.chunks = [slice(i, i + self.CHUNK) for i in range(0, self.ema.size, self.CHUNK)]
         self.pool = None
@@ -55,19 +58,44 @@ class CpuEma:
     def _work(self) -> None:
         while True:
             k = self.todo.get()
-            if self.copied[k] is not None:
-                if not runtime.IS_SIM:
-                    runtime.cuda.current_context()  # this thread's driver calls need the context
-                self.copied[k].synchronize()
-            w = self.buffers[k].reshape(-1)
-            if self.pool is None:
-                self._add(w, slice(None))
-            else:
-                list(self.pool.map(lambda part: self._add(w, part), self.chunks))
-            self.free[k].set()
-            self.todo.task_done()
+            try:
+                if k is None:  # close()
+                    return
+                if self.error is None:
+                    self._average(k)
+            except BaseException as e:  # kept for the caller; the buffers are freed so that nobody waits forever
+                self.error = e
+            finally:
+                if k is not None:
+                    self.free[k].set()
+                self.todo.task_done()
+
+    def _average(self, k: int) -> None:
+        if self.copied[k] is not None:
+            if not runtime.IS_SIM:
+                runtime.cuda.current_context()  # this thread's driver calls need the context
+            self.copied[k].synchronize()
+        w = self.buffers[k].reshape(-1)
+        if self.pool is None:
+            self._add(w, slice(None))
+        else:
+            list(self.pool.map(lambda part: self._add(w, part), self.chunks))
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"the CPU EMA's worker failed: {type(self.error).__name__}: {self.error}") \
+                from self.error
+
+    def close(self) -> None:
+        """End the worker thread and its pool (after the snapshots already pushed)."""
+        self.todo.put(None)
+        self.todo.join()
+        if self.pool is not None:
+            self.pool.shutdown()
+        self._raise()
 
     def push(self, copy, stream=None) -> None:
+        self._raise()
         k = self.turn
         self.free[k].wait()  # the worker is done with this buffer's previous snapshot
         self.free[k].clear()
@@ -82,4 +110,5 @@ class CpuEma:
 
     def value(self) -> np.ndarray:
         self.todo.join()
+        self._raise()
         return self.ema

@@ -504,8 +504,9 @@ class GraphedStep:
     corrections (AdamW.schedule: a table of the next `steps` steps and a step index on the device). The loss is
     copied back asynchronously into a ring of pinned host memory and read by `losses()`, every few steps.
 
-    Every replay is the launches of an eager `net.loss(...)` then `opt.step(...)`, with the same buffers and
-    scalars: the same bits. Under the simulator the Graph twin runs the captured function at each replay."""
+    Every replay is the launches of `net.run(grads=True)` then `opt.step(...)` (what an eager `net.loss` launches
+    after its batch copy, and AdamW with its bias corrections read from the table), with the same buffers and
+    scalars: the same bits. The scalars are frozen at capture: AdamW's lr cannot change afterwards. Under the simulator the Graph twin runs the captured function at each replay."""
 
     def __init__(self, net: KernelModel, opt, steps: int):
         from ..device import graphs
@@ -538,6 +539,11 @@ class GraphedStep:
     def __call__(self, ids, targets) -> None:
         """One step on this batch (ids (M, C), targets (M,), NumPy int32): queued on the GPU, returns at once
         (after waiting, at most, for the copy of the batch two steps back)."""
+        if self.opt.t >= self.opt.scheduled_until:  # the table ends there: a replay would read past it
+            raise RuntimeError(f"GraphedStep: step {self.opt.t + 1} is past the {self.opt.scheduled_until} steps "
+                               "AdamW.schedule() prepared")
+        if self.done - self.read >= LOSS_RING:
+            raise RuntimeError(f"GraphedStep: {LOSS_RING} losses were not read; call losses() more often")
         k = self.turn
         if self.used[k]:
             self.copied[k].synchronize()  # the pinned buffer's last batch reached the device
@@ -547,8 +553,6 @@ class GraphedStep:
         self.net.targets.copy_to_device(self.tgt_h[k], stream=self.stream)
         self.copied[k].record(self.stream)
         self.used[k], self.turn = True, 1 - k
-        if self.done - self.read >= LOSS_RING:
-            raise RuntimeError(f"GraphedStep: {LOSS_RING} losses were not read; call losses() more often")
         t = self.opt.t
         n = self.done - self.read
         if self.timed:

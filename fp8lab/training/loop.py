@@ -123,7 +123,8 @@ class History:
     task: str = "teacher"
     model: dict = dataclasses.field(default_factory=dict)  # chars: the model's Config and the moments' format
     val_loss: list = dataclasses.field(default_factory=list)  # chars: [step, validation loss in nats] pairs
-    step_seconds: list = dataclasses.field(default_factory=list)  # chars: wall time of each training step
+    # chars: wall time of each training step (graph: the steps whose losses were read together share their mean)
+    step_seconds: list = dataclasses.field(default_factory=list)
     # chars, kernels on a GPU: GPU milliseconds per step by op (after PROFILE_SKIP steps), largest first, else None
     breakdown: dict | None = None
     device: str | None = None  # engine "torch": the device PyTorch ran on ("cuda", "cpu")
@@ -526,11 +527,12 @@ def _train_chars(s: Settings) -> History:
 
     bar = tqdm(range(first, steps + 1), desc=f"{recipe.name} (chars, {engine}, {runtime.backend})",
                disable=not progress, unit="step", leave=True, initial=first - 1, total=steps)
-    def check_loss(value, i, grads_of):
+    def check_loss(value, i, grads_of, read_at=None):
         if not np.isfinite(value) or (hist.loss and value > DIVERGENCE_FACTOR * hist.loss[0]):
             bad_w, bad_g = _first_nonfinite(weights()), _first_nonfinite(grads_of())
-            where = (f"; parameter {bad_w!r} is not finite" if bad_w else
-                     f"; the first non-finite gradient is {bad_g!r}" if bad_g else "")
+            when = "" if read_at in (None, i) else f" (read after step {read_at})"  # the graph's losses come in groups
+            where = (f"; parameter {bad_w!r} is not finite{when}" if bad_w else
+                     f"; the first non-finite gradient is {bad_g!r}{when}" if bad_g else "")
             raise diverged("loss", value, i, where)
 
     graphed, queued = None, []  # s.graph: the captured step once made; the steps whose loss is not read yet
@@ -548,7 +550,6 @@ def _train_chars(s: Settings) -> History:
                 warnings.warn(f"fl.train(graph=True): the step could not be captured as a CUDA graph ({e}); every "
                               "kernel is launched from Python instead", RuntimeWarning,
                               stacklevel=V.user_stacklevel())
-                hist.graph = False
             t0 = time.perf_counter()  # the capture is not a step's time
         if graphed is not None:  # queued on the GPU; the losses read every LOSS_READ_EVERY steps
             graphed(ids, tgt)
@@ -563,7 +564,7 @@ def _train_chars(s: Settings) -> History:
                 busy[1] += 1e3 * (now - queued[0][1])
                 hist.gpu_busy = busy[0] / busy[1]
             for (j, _), value in zip(queued, values):
-                check_loss(value, j, lambda: P.host(P.grad))
+                check_loss(value, j, lambda: P.host(P.grad), read_at=i)
                 hist.loss.append(value)
                 hist.step_seconds.append(per_step)
             queued = []
@@ -589,8 +590,11 @@ def _train_chars(s: Settings) -> History:
             if save is not None:
                 save_now(i)
     hist.seconds = time.perf_counter() - start
+    hist.graph = graphed is not None  # False too when the run ended before the capture
     if graphed is not None:
         graphed.graph.close()
+    if engine == "kernels":
+        ema.close()
     if engine == "kernels":
         hist.breakdown = net.prof.ms_per_step()
     hist.eval_loss = hist.val_loss[-1][1]
