@@ -86,7 +86,7 @@ def _assert_same_run(eager, graphed):
     assert len(graphed.step_seconds) == graphed.steps and all(t > 0 for t in graphed.step_seconds)
 
 
-STEPS = T.PROFILE_SKIP + T.PROFILE_STEPS + 4  # four steps replayed: three losses read together at the validation
+STEPS = T.PROFILE_SKIP + T.PROFILE_STEPS + 3  # three steps replayed: two losses read together at the validation
 SIM_RUN = dict(SMALL, steps=STEPS, eval_every=STEPS - 1)
 
 
@@ -108,10 +108,11 @@ def test_a_step_that_cannot_be_captured_runs_eagerly_with_a_warning(eager_run, m
         raise RuntimeError("cuStreamEndCapture failed: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
 
     monkeypatch.setattr(graphs.Graph, "capture", refuse)
+    steps = T.PROFILE_SKIP + T.PROFILE_STEPS + 1  # the capture fails at the last step, which runs eagerly
     with pytest.warns(RuntimeWarning, match="could not be captured as a CUDA graph.*CAPTURE_INVALIDATED") as w:
-        h = fp8lab.train("fp8-deepseek", graph=True, progress=False, **SIM_RUN)
+        h = fp8lab.train("fp8-deepseek", graph=True, progress=False, **dict(SIM_RUN, steps=steps))
     assert w[0].filename == __file__  # the warning points at the caller's line
-    assert not h.graph and h.loss == eager_run.loss and h.ema_loss == eager_run.ema_loss
+    assert not h.graph and h.loss == eager_run.loss[:steps]  # no validation before: the same first steps
 
 
 @pytest.mark.gpu
