@@ -46,6 +46,21 @@ def assert_bits(got, want, label):
                           f"{got[tuple(bad[0])]!r} vs {want[tuple(bad[0])]!r}")
 
 
+def assert_residual_epilogues(rng, gemm, plain, label):
+    """gemm(out, residual) -> what the public call returns, with `plain` the same GEMM's output without a
+    residual: a separate random residual into a poisoned out (returned as is), then in place (residual = out, out +=
+    A B^T) into a view inside a NaN frame that must stay untouched; both exactly residual + plain."""
+    M, N = plain.shape
+    r = rng.standard_normal((M, N), dtype=np.float32)
+    out = poisoned((M, N), np.float32)
+    assert gemm(out, cuda.to_device(r)) is out
+    assert_bits(out.copy_to_host(), r + plain, f"{label} residual")
+    dev, view, before = framed(rng, M, N)
+    gemm(view, view)
+    assert_bits(view.copy_to_host(), before + plain, f"{label} in place")
+    assert_frame_nan(dev, M, N)
+
+
 def on_device(q):
     return Q(cuda.to_device(q.data), cuda.to_device(q.scale), q.granularity, q.fmt)
 
@@ -73,16 +88,8 @@ def test_fp8_gemm_residual_every_version(rng, version, grans, mnk):
     plain = plain.copy_to_host()
     if runtime.IS_SIM and version != 3:  # in k order: the plain output is the reference (version 3 scales operands)
         assert_bits(plain, fg.reference(qa, qb), f"v{version} plain vs reference")
-    # a separate residual, out poisoned
-    r = rng.standard_normal((M, N), dtype=np.float32)
-    out = poisoned((M, N), np.float32)
-    assert fg.fp8_gemm(da, db, out=out, version=version, residual=cuda.to_device(r)) is out
-    assert_bits(out.copy_to_host(), r + plain, f"v{version} residual")
-    # in place (residual = out, out += A B^T), out a view inside a NaN frame that must stay untouched
-    dev, view, before = framed(rng, M, N)
-    fg.fp8_gemm(da, db, out=view, version=version, residual=view)
-    assert_bits(view.copy_to_host(), before + plain, f"v{version} in place")
-    assert_frame_nan(dev, M, N)
+    assert_residual_epilogues(rng, lambda out, r: fg.fp8_gemm(da, db, out=out, version=version, residual=r), plain,
+                              f"v{version}")
 
 
 @pytest.mark.slow
@@ -147,14 +154,8 @@ def test_bf16_gemm_residual_every_version(rng, version, mnk):
     plain = plain.copy_to_host()
     if runtime.IS_SIM:
         assert_bits(plain, bg.reference_in_order(a, b), f"v{version} plain vs reference_in_order")
-    r = rng.standard_normal((M, N), dtype=np.float32)
-    out = poisoned((M, N), np.float32)
-    assert bg.bf16_gemm(da, db, out=out, version=version, residual=cuda.to_device(r)) is out
-    assert_bits(out.copy_to_host(), r + plain, f"v{version} residual")
-    dev, view, before = framed(rng, M, N)
-    bg.bf16_gemm(da, db, out=view, version=version, residual=view)
-    assert_bits(view.copy_to_host(), before + plain, f"v{version} in place")
-    assert_frame_nan(dev, M, N)
+    assert_residual_epilogues(rng, lambda out, r: bg.bf16_gemm(da, db, out=out, version=version, residual=r), plain,
+                              f"v{version}")
 
 
 @pytest.mark.parametrize("residual,exc,words", [
