@@ -251,6 +251,16 @@ _T = 32  # the transposing cast's tile: 32 x 32 through shared memory, 32 x 8 th
 _T_PADDED = 33  # _T + 1 columns: a column of the tile spans every bank (a literal: shared.array needs one)
 
 
+@cuda.jit(device=True)
+def _store_tile_transposed(tile, out_t, r0, c0, R, C, tx, ty):
+    """The block's 32 x 32 tile of bfloat16 bits (tile[j, i] from x[r0 + j, c0 + i]) written along out_t's rows
+    (out_t (C, R) = x^T), after a syncthreads."""
+    cuda.syncthreads()
+    for j in range(ty, _T, 8):
+        if c0 + j < C and r0 + tx < R:
+            out_t[c0 + j, r0 + tx] = tile[tx, j]
+
+
 @cuda.jit
 def _to_bf16_t_kernel(x, out):
     """out (C, R) = bfloat16 bits of x (R, C) transposed: a 32 x 32 tile read along x's rows and written along out's
@@ -262,10 +272,7 @@ def _to_bf16_t_kernel(x, out):
     for j in range(ty, _T, 8):
         if r0 + j < R and c0 + tx < C:
             tile[j, tx] = bf16_store_bits(x[r0 + j, c0 + tx])
-    cuda.syncthreads()
-    for j in range(ty, _T, 8):
-        if c0 + j < C and r0 + tx < R:
-            out[c0 + j, r0 + tx] = tile[tx, j]
+    _store_tile_transposed(tile, out, r0, c0, R, C, tx, ty)
 
 
 @cuda.jit
@@ -281,10 +288,7 @@ def _to_bf16_both_kernel(x, out, out_t):
             v = bf16_store_bits(x[r0 + j, c0 + tx])
             tile[j, tx] = v
             out[r0 + j, c0 + tx] = v
-    cuda.syncthreads()
-    for j in range(ty, _T, 8):
-        if c0 + j < C and r0 + tx < R:
-            out_t[c0 + j, r0 + tx] = tile[tx, j]
+    _store_tile_transposed(tile, out_t, r0, c0, R, C, tx, ty)
 
 
 def to_bf16(x, out=None, transpose: bool = False):
