@@ -506,7 +506,8 @@ class GraphedStep:
 
     Every replay is the launches of `net.run(grads=True)` then `opt.step(...)` (what an eager `net.loss` launches
     after its batch copy, and AdamW with its bias corrections read from the table), with the same buffers and
-    scalars: the same bits. The scalars are frozen at capture: AdamW's lr cannot change afterwards. Under the simulator the Graph twin runs the captured function at each replay."""
+    scalars: the same bits. The scalars are frozen at capture: AdamW's lr cannot change afterwards. Under the
+    simulator the Graph twin runs the captured function at each replay."""
 
     def __init__(self, net: KernelModel, opt, steps: int):
         from ..device import graphs

@@ -128,7 +128,7 @@ class History:
     # chars, kernels on a GPU: GPU milliseconds per step by op (after PROFILE_SKIP steps), largest first, else None
     breakdown: dict | None = None
     device: str | None = None  # engine "torch": the device PyTorch ran on ("cuda", "cpu")
-    graph: bool = False  # chars, kernels: the step replayed as a CUDA graph after the first steps (train's graph)
+    graph: bool = False  # chars, kernels: whether steps were replayed as a CUDA graph (train's graph; set at capture)
     # graph on a GPU: the GPU time of the replayed steps over their wall time (how busy the GPU was), else None
     gpu_busy: float | None = None
 
@@ -490,7 +490,7 @@ def _train_chars(s: Settings) -> History:
     val = [(ids_all[k * batch:(k + 1) * batch], tgt_all[k * batch:(k + 1) * batch]) for k in range(eval_batches)]
     stream = np.random.default_rng([seed, 2])
     hist = History(recipe.name, engine, runtime.backend, batch, 0, 0, steps, seed, lr, "adamw", 0.0,
-                   task="chars", model=dict(dataclasses.asdict(cfg), moments=moments), graph=s.graph)
+                   task="chars", model=dict(dataclasses.asdict(cfg), moments=moments))
 
     run = s.identity()
     first = 1
@@ -527,6 +527,7 @@ def _train_chars(s: Settings) -> History:
 
     bar = tqdm(range(first, steps + 1), desc=f"{recipe.name} (chars, {engine}, {runtime.backend})",
                disable=not progress, unit="step", leave=True, initial=first - 1, total=steps)
+
     def check_loss(value, i, grads_of, read_at=None):
         if not np.isfinite(value) or (hist.loss and value > DIVERGENCE_FACTOR * hist.loss[0]):
             bad_w, bad_g = _first_nonfinite(weights()), _first_nonfinite(grads_of())
@@ -544,6 +545,7 @@ def _train_chars(s: Settings) -> History:
         if s.graph and graphed is None and i - first == PROFILE_SKIP + PROFILE_STEPS:
             try:
                 graphed = engine_kernels.GraphedStep(net, opt, steps - i + 1)
+                hist.graph = True
             except RuntimeError as e:  # the run goes on as graph=False would: the same losses
                 import warnings
 
@@ -590,12 +592,10 @@ def _train_chars(s: Settings) -> History:
             if save is not None:
                 save_now(i)
     hist.seconds = time.perf_counter() - start
-    hist.graph = graphed is not None  # False too when the run ended before the capture
     if graphed is not None:
         graphed.graph.close()
     if engine == "kernels":
         ema.close()
-    if engine == "kernels":
         hist.breakdown = net.prof.ms_per_step()
     hist.eval_loss = hist.val_loss[-1][1]
     return hist
