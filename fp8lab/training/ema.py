@@ -19,8 +19,8 @@ class CpuEma:
     run); an error in the worker is raised again by the next push() or value().
 
     The update runs in place (the snapshot buffer is scaled where it lies: no temporary array) over CHUNK-sized
-    slices on up to THREADS threads: at the large preset the weights are 0.55 GB, and one thread with a temporary
-    array took longer than the whole FP8 step on the H200 (BENCHMARKS.md). Each element sees the same float32
+    slices on up to THREADS threads: at the large preset the weights are 0.55 GB, more than one thread averages
+    within a step (BENCHMARKS.md, train). Each element sees the same float32
     operations, ema * decay + (1 - decay) * w, so the bits do not depend on the split."""
 
     CHUNK = 1 << 20
