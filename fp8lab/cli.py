@@ -131,6 +131,13 @@ def _train(args) -> int:
                      "graph" if any(h.graph for h in timed) else "") + "):")
             for h in timed:
                 print(f"  {h.recipe:<{_name_width()}} " + ", ".join(f"{k} {v:.2f}" for k, v in h.breakdown.items()))
+            replayed = [h for h in timed if h.graph_breakdown]
+            if replayed:  # the same ops without Python between the launches
+                print("The forward and backward alone, replayed as one CUDA graph (no launch gaps; AdamW, the copies "
+                      "and the loss's read are not in it):")
+                for h in replayed:
+                    print(f"  {h.recipe:<{_name_width()}} {sum(h.graph_breakdown.values()):.2f} in all: "
+                          + ", ".join(f"{k} {v:.2f}" for k, v in h.graph_breakdown.items()))
             busy = [h for h in timed if h.gpu_busy is not None]
             if busy:  # the replayed steps: GPU time over wall time
                 print("GPU busy during the CUDA graph's steps: "

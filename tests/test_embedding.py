@@ -2,9 +2,9 @@
 
 Fresh random inputs, odd widths, a small vocabulary with many repeats (V = 7, M = 300) and ids that leave rows
 unused, outputs poisoned with NaN before every launch (the unused rows of dtable too: they must become 0).
-Version 2 is compared bit for bit and run again for the same bits; version 1, whose atomic adds land in a racy
-order, within the float32 summation bound of the exact sum. Small shapes run everywhere (the simulator);
-realistic ones, the capstone's M = 16384 tokens of width D = 1024, are marked `gpu`.
+Versions 2 and 3 are compared bit for bit with their order of additions and run again for the same bits; version
+1, whose atomic adds land in a racy order, within the float32 summation bound of the exact sum. Small shapes run
+everywhere (the simulator); realistic ones, the capstone's M = 16384 tokens of width D = 1024, are marked `gpu`.
 """
 
 from __future__ import annotations
@@ -101,20 +101,40 @@ def test_backward_v1_within_the_rounding_bound(rng, shape):
     assert_v1_correct(run_backward(dout, ids, vocab, 1), dout, ids, vocab, unused)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_backward_v2_bit_exact_and_deterministic(rng, shape):
+@pytest.mark.parametrize("version", emb.SORTED)
+@pytest.mark.parametrize("shape", SHAPES + [pytest.param((65, 262144, 128), id="V65-M262144-D128-skewed",
+                                                                     marks=pytest.mark.gpu)])
+def test_backward_sorted_versions_bit_exact_and_deterministic(rng, shape, version):
+    """Versions 2 and 3 bit for bit their spec (token order; version 3 in segments), twice on one scratch, then on
+    new ids; the large preset's shape with one id a fifth of the tokens (a row of many segments) on a GPU."""
     vocab, M, D = shape
     unused = unused_rows(vocab)
-    _, ids, dout = emb.problem(rng, vocab, M, D, unused)
-    scratch = emb.Scratch(vocab, M)
-    first = run_backward(dout, ids, vocab, 2, scratch)
-    emb.assert_bits_equal("backward v2", first, emb.reference(dout, ids, vocab))
+    top = 0.2 if M == 262144 else None
+    _, ids, dout = emb.problem(rng, vocab, M, D, unused, top=top)
+    ref = emb.reference_of(version)
+    scratch = emb.Scratch(vocab, M, D if version == 3 else None)
+    first = run_backward(dout, ids, vocab, version, scratch)
+    emb.assert_bits_equal(f"backward v{version}", first, ref(dout, ids, vocab))
     assert (first[list(unused)] == 0).all()
-    emb.assert_bits_equal("backward v2, run again", run_backward(dout, ids, vocab, 2, scratch), first)
+    emb.assert_bits_equal(f"backward v{version}, run again", run_backward(dout, ids, vocab, version, scratch), first)
     # the same scratch on other ids (a training step later): nothing of the last call leaks in
-    _, ids2, dout2 = emb.problem(rng, vocab, M, D)
-    emb.assert_bits_equal("backward v2, new ids", run_backward(dout2, ids2, vocab, 2, scratch),
-                          emb.reference(dout2, ids2, vocab))
+    _, ids2, dout2 = emb.problem(rng, vocab, M, D, top=top)
+    emb.assert_bits_equal(f"backward v{version}, new ids", run_backward(dout2, ids2, vocab, version, scratch),
+                          ref(dout2, ids2, vocab))
+
+
+def test_reference_in_segments_adds_each_segment_then_the_segments(rng):
+    """Version 3's spec against NumPy's cumsum (one element at a time, in order) per segment, then over segments;
+    it differs from token order (another order of float32 additions) on some rows."""
+    _, ids, dout = emb.problem(rng, V_SMALL, M_SMALL, 50, UNUSED)
+    ref = emb.reference(dout, ids, V_SMALL, segment=8)
+    for v in set(range(V_SMALL)) - set(UNUSED):
+        rows = dout[ids == v]
+        runs = np.stack([np.cumsum(rows[i:i + 8], axis=0, dtype=np.float32)[-1] for i in range(0, len(rows), 8)])
+        emb.assert_bits_equal(f"row {v}", ref[v], np.cumsum(runs, axis=0, dtype=np.float32)[-1])
+    assert not np.array_equal(ref, emb.reference(dout, ids, V_SMALL))
+    with pytest.raises(ValueError, match="version must be one of"):
+        emb.reference_of(1)
 
 
 @pytest.mark.parametrize("version", sorted(emb.VERSIONS))
@@ -128,16 +148,16 @@ def test_backward_mostly_unused_rows(rng, version):
     if version == 1:
         assert_v1_correct(got, dout, ids, vocab, unused)
     else:
-        emb.assert_bits_equal("backward v2", got, emb.reference(dout, ids, vocab))
+        emb.assert_bits_equal(f"backward v{version}", got, emb.reference_of(version)(dout, ids, vocab))
 
 
 def test_backward_numpy_in_numpy_out_and_int64_device_ids(rng):
     _, ids, dout = emb.problem(rng, V_SMALL, 70, 20, UNUSED)
     dtable = np.full((V_SMALL, 20), np.nan, np.float32)
     assert emb.backward(dout, ids.astype(np.uint8), dtable) is dtable  # BEST, scratch made for the call
-    emb.assert_bits_equal("backward, NumPy", dtable, emb.reference(dout, ids, V_SMALL))
+    emb.assert_bits_equal("backward, NumPy", dtable, emb.reference_of(emb.BEST)(dout, ids, V_SMALL))
     d = poisoned((V_SMALL, 20), np.float32)
-    emb.backward(cuda.to_device(dout), cuda.to_device(ids.astype(np.int64)), d, 2)
+    emb.backward(cuda.to_device(dout), cuda.to_device(ids.astype(np.int64)), d, emb.BEST)
     emb.assert_bits_equal("backward, int64 device ids", d.copy_to_host(), dtable)
 
 
@@ -154,11 +174,11 @@ def test_backward_unchecked_bad_ids_are_skipped(rng, version):
     if version == 1:
         assert_v1_correct(got, dout[~bad], ids[~bad], V_SMALL, ())
     else:
-        emb.assert_bits_equal("backward v2", got, emb.reference(dout[~bad], ids[~bad], V_SMALL))
+        emb.assert_bits_equal(f"backward v{version}", got, emb.reference_of(version)(dout[~bad], ids[~bad], V_SMALL))
 
 
 def test_module_checks(rng):
-    assert len(emb.checks(rng)) == 3
+    assert len(emb.checks(rng)) == 1 + len(emb.VERSIONS)  # the gather, then each backward version
 
 
 # --------------------------------------------------------------------------------------------------------- bad input
@@ -203,7 +223,7 @@ BACKWARD_BAD = [
     (lambda d, i, g: (d, i, g[0]), {}, ValueError, r"^dtable must be 2-D"),
     (lambda d, i, g: (d, i, g[:5]), {}, ValueError, r"^ids must lie in \[0, 5\) \(the rows of dtable\)"),
     (lambda d, i, g: (d, i.astype(bool), g), {}, TypeError, r"^ids must have an integer dtype"),
-    (lambda d, i, g: (d, i, g), dict(version=3), ValueError, r"^version must be None or an int in \(1, 2\)"),
+    (lambda d, i, g: (d, i, g), dict(version=4), ValueError, r"^version must be None or an int in \(1, 2, 3\)"),
     (lambda d, i, g: (d, i, g), dict(version="2"), TypeError, r"^version must be"),
     (lambda d, i, g: (d, i, g), dict(scratch=(8, 5)), ValueError,
      r"^scratch must be a Scratch for vocab = 7 and tokens >= 5, got one for vocab = 8"),
@@ -227,3 +247,5 @@ def test_scratch_bad_sizes():
         emb.Scratch(0, 5)
     with pytest.raises(TypeError, match=r"^tokens must be a positive int"):
         emb.Scratch(7, 5.0)
+    with pytest.raises(ValueError, match=r"^width must be a positive int"):
+        emb.Scratch(7, 5, 0)

@@ -157,9 +157,11 @@ def test_bias_add_and_colsum(rng, shape):
     dy = cuda.to_device(y)
     elementwise.bias_add(dy, cuda.to_device(b))
     assert_close("bias_add", dy.copy_to_host(), y + b, atol=0, rtol=0)
-    s = poisoned(shape[1], np.float32)
-    elementwise.colsum(cuda.to_device(y), s)
-    assert_close("colsum", s.copy_to_host(), y.astype(np.float64).sum(0), atol=1e-5 * shape[0], rtol=1e-5)
+    for warps in (None, 3):  # 3: rows shared unevenly by the warps of a block (the simulator's default is one)
+        s = poisoned(shape[1], np.float32)
+        elementwise.colsum(cuda.to_device(y), s, warps)
+        assert_close(f"colsum (warps={warps})", s.copy_to_host(), y.astype(np.float64).sum(0),
+                     atol=1e-5 * shape[0], rtol=1e-5)
 
 
 @pytest.mark.parametrize("version", sorted(elementwise.VERSIONS))

@@ -123,6 +123,10 @@ def test_chars_on_gpu_breakdown_is_measured_and_outliers_split_the_recipes():
     assert {"GEMM Fprop", "GEMM Dgrad", "GEMM Wgrad", "AdamW", "quantize"} <= set(h.breakdown)
     assert 0.3 * h.step_ms < sum(h.breakdown.values()) < 3 * h.step_ms, (sum(h.breakdown.values()), h.step_ms)
     kw = dict(task="chars", steps=40, batch=1024, eval_every=20, progress=False)
+    g = fp8lab.train("fp8-deepseek", **kw)  # the step a graph: its forward and backward timed once more as one
+    assert g.graph and g.graph_breakdown and all(v > 0 for v in g.graph_breakdown.values()), g.graph_breakdown
+    assert {"GEMM Fprop", "GEMM Dgrad", "GEMM Wgrad", "quantize"} <= set(g.graph_breakdown)
+    assert sum(g.graph_breakdown.values()) < g.step_ms, (g.graph_breakdown, g.step_ms)  # no launch gaps in it
     base = fp8lab.train("fp32", **kw).eval_loss
     gap = {r: (fp8lab.train(r, outliers=2.0**18, **kw).eval_loss - base) / base for r in ("fp8-tensor", "fp8-deepseek")}
     assert gap["fp8-tensor"] > 2 * abs(gap["fp8-deepseek"]) and abs(gap["fp8-deepseek"]) < 0.02, gap
@@ -148,13 +152,15 @@ def test_pytorch_rung_follows_the_reference_engine():
 @pytest.mark.slow
 def test_step_breakdown_names_every_op(chars_runs, monkeypatch):
     """The simulator times nothing (breakdown None); with its events standing in for a GPU's (each interval 1 ms),
-    every op class of a step is marked, and the intervals per step add up to the marks made."""
+    every op class of a step is marked, and the intervals per step add up to the marks made; once the step is a
+    CUDA graph, its forward and backward are profiled again as a graph (graph_breakdown)."""
     from fp8lab.training import engine_kernels as lm_engine
 
     assert chars_runs["fp8-deepseek", "kernels"].breakdown is None and chars_runs["fp32", "reference"].breakdown is None
     monkeypatch.setattr(lm_engine.StepProfile, "timed", staticmethod(lambda: True))
     monkeypatch.setattr(lm_engine.cuda, "event_elapsed_time", lambda a, b: 1.0, raising=False)
-    h = fp8lab.train("fp8-deepseek", steps=T.PROFILE_SKIP + 1, progress=False, **SMALL)
+    h = fp8lab.train("fp8-deepseek", steps=T.PROFILE_SKIP + T.PROFILE_STEPS + 2, progress=False, graph=True, **SMALL)
+    assert h.graph
     # no "residual add": W2's GEMM and the RMSNorm backward add the residual in their epilogues
     want = {"batch to device", "embedding", "RMSNorm", "quantize", "GEMM Fprop", "SwiGLU",
             "output head (float32)", "softmax cross-entropy", "RMSNorm backward", "SwiGLU backward", "GEMM Dgrad",
@@ -162,3 +168,7 @@ def test_step_breakdown_names_every_op(chars_runs, monkeypatch):
     assert set(h.breakdown) == want, set(h.breakdown) ^ want
     assert list(h.breakdown.values()) == sorted(h.breakdown.values(), reverse=True)
     assert h.breakdown["GEMM Fprop"] == 2 * SMALL["blocks"] and h.breakdown["AdamW"] == 1  # 1 ms per mark
+    # the captured step's forward and backward profiled again as a graph: the same marks, but those outside net.run
+    outside = {"batch to device", "loss to host", "AdamW", "EMA copy to host"}
+    assert set(h.graph_breakdown) == want - outside, set(h.graph_breakdown) ^ (want - outside)
+    assert all(h.graph_breakdown[k] == h.breakdown[k] for k in h.graph_breakdown), (h.graph_breakdown, h.breakdown)

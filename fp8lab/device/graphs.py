@@ -59,6 +59,21 @@ def _default_launches_on(stream):
         dispatcher.launch = original
 
 
+def record_event(event, stream=None) -> None:
+    """Record `event` (a numba Event) on `stream` (None: the default stream). While `stream` is capturing a graph,
+    the record becomes a node of the graph (cudaEventRecordExternal in the CUDA Programming Guide's "CUDA Graphs"):
+    each replay records the event again, so events between a graph's launches time its parts, with no gaps of
+    launches from Python between them."""
+    if stream is None or runtime.IS_SIM:
+        event.record(0 if stream is None else stream)
+        return
+    from cuda.bindings import driver
+
+    _check(driver.cuEventRecordWithFlags(driver.CUevent(int(event.handle)), driver.CUstream(int(stream.handle)),
+                                         driver.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL),
+           "cuEventRecordWithFlags (an event node in a captured graph)")
+
+
 class Graph:
     """Launches captured once (`capture(fn)`) and replayed (`replay()`) on `stream`, a numba Stream that
     synchronizes with the legacy default stream, so eager work on the default stream (an evaluation, a checkpoint's

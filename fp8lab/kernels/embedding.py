@@ -13,6 +13,11 @@ version 2: deterministic, no float atomics. A stable counting sort on the device
            keeping token order (its rank among the earlier tokens of its tile with the same id); then one block per
            (vocabulary row, column chunk) sums that row's tokens in token order. Bit-exact with `reference`, which
            adds each row's tokens in token order in float32, and the same bits on every run.
+version 3: deterministic and parallel within a row. Version 2's sum of a row is one block walking all the row's
+           tokens: with characters for tokens a row holds up to a fifth of them (the space), ~50,000 a step at the
+           large preset, one after the other. Version 3 cuts each row's sorted tokens into segments of SEGMENT,
+           sums every segment in its own block (in token order), then adds each row's segment sums in order: the
+           same bits on every run, bit for bit `reference(..., segment=SEGMENT)`.
 
 Hot path: pass device arrays, a `Scratch` made once for version 2, and check_range=False for device ids that
 were range-checked where they were made (checking them here copies them to the host). The kernels never read
@@ -38,6 +43,8 @@ SUM_THREADS = runtime.block_threads(128)  # version 2's sums: columns of one chu
 TILE_TOKENS = runtime.block_threads(512)  # version 2: tokens per counting tile (one thread each)
 SCAN_THREADS = runtime.block_threads(1024)  # version 2: the one block that scans the row counts
 UNROLL = 8  # version 2's sums: loads in flight per thread before their in-order adds
+SEGMENT = runtime.block_threads(256)  # version 3: tokens summed by one block (32 under the simulator: small tests
+# still cut rows into several segments)
 _NAN = np.float32(np.nan)
 
 
@@ -208,31 +215,133 @@ def row_sum_kernel(dout, order, offsets, dtable):
         w += cuda.gridDim.x
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Backward version 3: version 2's sort, then sums of segments of SEGMENT tokens, then each row's segment sums
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit
+def segment_scan_kernel(offsets, seg_base):
+    """One block: seg_base[v] = the first segment of id v (the exclusive scan of ceil(tokens of v / SEGMENT)),
+    seg_base[V] = the number of segments."""
+    buf = cuda.shared.array(SCAN_THREADS, np.int32)
+    vocab = offsets.size - 1
+    tid = cuda.threadIdx.x
+    seg = (vocab + cuda.blockDim.x - 1) // cuda.blockDim.x
+    lo = min(tid * seg, vocab)
+    hi = min(lo + seg, vocab)
+    s = 0
+    for v in range(lo, hi):
+        s += (offsets[v + 1] - offsets[v] + SEGMENT - 1) // SEGMENT
+    run = _block_exclusive_scan(s, buf)
+    for v in range(lo, hi):
+        seg_base[v] = run
+        run += (offsets[v + 1] - offsets[v] + SEGMENT - 1) // SEGMENT
+    if tid == cuda.blockDim.x - 1:  # the last thread's running sum ends at the total
+        seg_base[vocab] = run
+
+
+@cuda.jit
+def segment_sum_kernel(dout, order, offsets, seg_base, partials):
+    """partials[s, d] = the sum of dout[m, d] over segment s's tokens (up to SEGMENT of one id, in token order),
+    from 0, in float32: one block per (segment, chunk of blockDim.x columns), grid-stride."""
+    buf = cuda.local.array(UNROLL, np.float32)
+    vocab = offsets.size - 1
+    D = dout.shape[1]
+    chunks = (D + cuda.blockDim.x - 1) // cuda.blockDim.x
+    total = seg_base[vocab]
+    w = cuda.blockIdx.x
+    while w < total * chunks:
+        s = w // chunks
+        lo, hi = 0, vocab  # the id of segment s: seg_base[lo] <= s < seg_base[hi] (the same search in every thread)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if seg_base[mid] <= s:
+                lo = mid
+            else:
+                hi = mid
+        d = (w % chunks) * cuda.blockDim.x + cuda.threadIdx.x
+        if d < D:
+            k = int(offsets[lo]) + (s - int(seg_base[lo])) * SEGMENT
+            end = min(k + SEGMENT, int(offsets[lo + 1]))
+            acc = np.float32(0)
+            while k + UNROLL <= end:
+                for u in range(UNROLL):
+                    buf[u] = dout[order[k + u], d]
+                for u in range(UNROLL):
+                    acc += buf[u]
+                k += UNROLL
+            while k < end:
+                acc += dout[order[k], d]
+                k += 1
+            partials[s, d] = acc
+        w += cuda.gridDim.x
+
+
+@cuda.jit
+def segment_combine_kernel(partials, seg_base, dtable):
+    """dtable[v, d] = the sum of v's segment sums in order, from 0 (0 for a row without tokens): one block per
+    (row, chunk of columns), grid-stride."""
+    vocab = dtable.shape[0]
+    D = dtable.shape[1]
+    chunks = (D + cuda.blockDim.x - 1) // cuda.blockDim.x
+    w = cuda.blockIdx.x
+    while w < vocab * chunks:
+        v = w // chunks
+        d = (w % chunks) * cuda.blockDim.x + cuda.threadIdx.x
+        if d < D:
+            acc = np.float32(0)
+            for s in range(seg_base[v], seg_base[v + 1]):
+                acc += partials[s, d]
+            dtable[v, d] = acc
+        w += cuda.gridDim.x
+
+
 VERSIONS = {  # kernel: the backward's kernels, in launch order
     1: Version("zero dtable, then a float atomic add per element (run-to-run bits may differ)",
                (zero_rows_kernel, scatter_add_atomic_kernel)),
     2: Version("deterministic: stable counting sort of the ids, then per-row sums in token order (bit-exact)",
                (zero_rows_kernel, tile_count_kernel, tile_scan_kernel, offsets_scan_kernel, place_kernel,
                 row_sum_kernel)),
+    3: Version("deterministic: version 2's sort, then sums of SEGMENT tokens in parallel, then each row's in order",
+               (zero_rows_kernel, tile_count_kernel, tile_scan_kernel, offsets_scan_kernel, place_kernel,
+                segment_scan_kernel, segment_sum_kernel, segment_combine_kernel)),
 }
-BEST = 2
+BEST = 3
+SORTED = (2, 3)
+"""The versions that sort the ids first (they work in a Scratch)."""
 
 
 class Scratch:
-    """Version 2's device buffers for `vocab` rows and up to `tokens` ids, allocated once and reused every step.
+    """The sorting versions' device buffers for `vocab` rows and up to `tokens` ids, allocated once and reused every
+    step (version 3 also for rows of `width` columns: its segment sums).
 
     tile_counts (ceil(tokens / TILE_TOKENS), vocab) int32: tokens per (tile, id), then their tile bases;
     offsets (vocab + 1,) int32: id v's tokens are order[offsets[v]:offsets[v + 1]];
-    order (tokens,) int32: token indices sorted by id, token order kept within an id.
+    order (tokens,) int32: token indices sorted by id, token order kept within an id;
+    seg_base (vocab + 1,) int32 and partials (segments, width) float32: version 3's segments of id v are
+    partials[seg_base[v]:seg_base[v + 1]] (at most ceil(tokens / SEGMENT) + vocab segments). width None: made by
+    the first version 3 call (a CUDA graph cannot allocate: pass width for a step that will be captured).
     """
 
-    def __init__(self, vocab: int, tokens: int):
+    def __init__(self, vocab: int, tokens: int, width: int | None = None):
         self.vocab = _validate.positive_int("vocab", vocab)
         self.tokens = _validate.positive_int("tokens", tokens)
         self.tiles = math.ceil(self.tokens / TILE_TOKENS)
         self.tile_counts = cuda.device_array((self.tiles, self.vocab), np.int32)
         self.offsets = cuda.device_array(self.vocab + 1, np.int32)
         self.order = cuda.device_array(self.tokens, np.int32)
+        self.segments = math.ceil(self.tokens / SEGMENT) + self.vocab
+        self.seg_base = cuda.device_array(self.vocab + 1, np.int32)
+        self.partials = None
+        if width is not None:
+            self.partials_for(_validate.positive_int("width", width))
+
+    def partials_for(self, width: int):
+        """The segment sums' buffer for rows of `width` columns (made, or made again wider, when needed)."""
+        if self.partials is None or self.partials.shape[1] != width:
+            self.partials = cuda.device_array((self.segments, width), np.float32)
+        return self.partials
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -253,7 +362,7 @@ def _launch_backward(dout, ids, dtable, version: int, scratch) -> None:
         zero_rows[_rows_grid(vocab), THREADS](dtable)
         scatter_add[_rows_grid(M), THREADS](dout, ids, dtable)
         return
-    zero_rows, tile_count, tile_scan, offsets_scan, place, row_sum = VERSIONS[version].kernel
+    zero_rows, tile_count, tile_scan, offsets_scan, place, *sums = VERSIONS[version].kernel
     tiles = math.ceil(M / TILE_TOKENS)
     zero_rows[_rows_grid(scratch.tiles), THREADS](scratch.tile_counts)
     tile_count[tiles, TILE_TOKENS](ids, scratch.tile_counts)
@@ -261,7 +370,16 @@ def _launch_backward(dout, ids, dtable, version: int, scratch) -> None:
     offsets_scan[1, SCAN_THREADS](scratch.offsets)
     place[tiles, TILE_TOKENS](ids, scratch.tile_counts, scratch.offsets, scratch.order)
     chunks = math.ceil(D / SUM_THREADS)
-    row_sum[_rows_grid(vocab * chunks), SUM_THREADS](dout, scratch.order, scratch.offsets, dtable)
+    if version == 2:
+        sums[0][_rows_grid(vocab * chunks), SUM_THREADS](dout, scratch.order, scratch.offsets, dtable)
+        return
+    segment_scan, segment_sum, combine = sums
+    partials = scratch.partials_for(D)
+    segment_scan[1, SCAN_THREADS](scratch.offsets, scratch.seg_base)
+    most = math.ceil(M / SEGMENT) + vocab  # segments at most; the blocks past the real count exit at once
+    segment_sum[_rows_grid(most * chunks), SUM_THREADS](dout, scratch.order, scratch.offsets, scratch.seg_base,
+                                                        partials)
+    combine[_rows_grid(vocab * chunks), SUM_THREADS](partials, scratch.seg_base, dtable)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -317,8 +435,9 @@ def backward(dout, ids, dtable, version: int | None = None, *, scratch: Scratch 
     """dtable[v, :] = sum of dout[m, :] over the tokens with ids[m] == v (0 where no token has id v).
 
     dout (M, D) float32, ids (M,) integer in [0, V), dtable (V, D) float32, overwritten and returned; NumPy or
-    device arrays. version None: BEST. Version 2 uses `scratch` (a Scratch(V, tokens >= M), made once per run)
-    or allocates one per call. check_range=False skips the range check of device ids (a copy to the host); the
+    device arrays. version None: BEST. Versions 2 and 3 work in `scratch` (a Scratch(V, tokens >= M), made once
+    per run; version 3 with width=D where a CUDA graph will capture the call) or allocate one per call.
+    check_range=False skips the range check of device ids (a copy to the host); the
     kernels then skip any token whose id is outside [0, V).
     """
     dout = _validate.array("dout", dout, dtype=np.float32, ndim=2)
@@ -333,7 +452,7 @@ def backward(dout, ids, dtable, version: int | None = None, *, scratch: Scratch 
         raise ValueError(f"dout must have shape ({ids.shape[0]}, {D}) (one row per id), got "
                          f"{_validate.describe(dout)}")
     version = _validate.version("version", version, VERSIONS, default=BEST)
-    if version == 2:
+    if version in SORTED:
         if scratch is None:
             scratch = Scratch(vocab, M)
         elif not isinstance(scratch, Scratch):
@@ -356,14 +475,32 @@ def reference_gather(table, ids) -> np.ndarray:
     return np.asarray(table, np.float32)[np.asarray(ids)]
 
 
-def reference(dout, ids, vocab: int) -> np.ndarray:
+def reference(dout, ids, vocab: int, segment: int | None = None) -> np.ndarray:
     """The spec of the backward, bit for bit: each row of a float32 zero table gets its tokens' dout rows added
-    one by one in token order, in float32 (what version 2 computes)."""
+    one by one in token order, in float32 (what version 2 computes). segment: a row's tokens (in token order) cut
+    into runs of `segment`, each run summed so from 0, then the runs' sums added so (version 3, SEGMENT)."""
     dout = np.asarray(dout, np.float32)
+    ids = np.asarray(ids)
     dtable = np.zeros((vocab, dout.shape[1]), np.float32)
-    for m, v in enumerate(np.asarray(ids).tolist()):
-        dtable[v] += dout[m]  # one float32 rounding per add, token order
+    if segment is None:
+        for m, v in enumerate(ids.tolist()):
+            dtable[v] += dout[m]  # one float32 rounding per add, token order
+        return dtable
+    for v in np.unique(ids).tolist():
+        rows = dout[ids == v]
+        for start in range(0, len(rows), segment):
+            run = np.zeros(dout.shape[1], np.float32)
+            for x in rows[start:start + segment]:
+                run += x
+            dtable[v] += run
     return dtable
+
+
+def reference_of(version: int):
+    """The bit-for-bit spec of a sorting version: reference(dout, ids, vocab) in its order of additions."""
+    if version not in SORTED:
+        raise ValueError(f"version must be one of {SORTED} (a deterministic version), got {version!r}")
+    return lambda dout, ids, vocab: reference(dout, ids, vocab, None if version == 2 else SEGMENT)
 
 
 def reference_exact(dout, ids, vocab: int) -> np.ndarray:
@@ -400,11 +537,16 @@ def assert_bits_equal(name: str, got, ref) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def problem(rng, vocab: int, tokens: int, D: int, unused=()):
+def problem(rng, vocab: int, tokens: int, D: int, unused=(), top: float | None = None):
     """(table, ids, dout): standard-normal float32 table (vocab, D) and dout (tokens, D), ids drawn uniformly from
-    [0, vocab) without the rows in `unused` (so their gradient rows must come out 0)."""
+    [0, vocab) without the rows in `unused` (so their gradient rows must come out 0); top: the share of tokens
+    drawn for the first used row instead (text is skewed so: the space is about a fifth of Tiny Shakespeare)."""
     rows = np.setdiff1d(np.arange(vocab), np.asarray(unused, np.int64))
-    ids = rng.choice(rows, tokens).astype(np.int32)
+    p = None
+    if top is not None:
+        p = np.full(len(rows), (1 - top) / (len(rows) - 1))
+        p[0] = top
+    ids = rng.choice(rows, tokens, p=p).astype(np.int32)
     table = rng.standard_normal((vocab, D), dtype=np.float32)
     dout = rng.standard_normal((tokens, D), dtype=np.float32)
     return table, ids, dout
@@ -412,7 +554,7 @@ def problem(rng, vocab: int, tokens: int, D: int, unused=()):
 
 def checks(rng) -> list:
     # simulator: a few tiles of TILE_TOKENS (32) with a partial last one; GPU: the capstone's short vocabulary
-    vocab, M, D = (7, 70, 37) if runtime.IS_SIM else (65, 16381, 1025)
+    vocab, M, D = (7, 200, 37) if runtime.IS_SIM else (65, 16381, 1025)  # simulated: ~40 tokens a row, 2 segments
     unused = (2, vocab - 1)
     table, ids, dout = problem(rng, vocab, M, D, unused)
     dtable_, ids_, dout_ = cuda.to_device(table), cuda.to_device(ids), cuda.to_device(dout)
@@ -421,7 +563,6 @@ def checks(rng) -> list:
     assert_bits_equal("gather", out.copy_to_host(), reference_gather(table, ids))
     rows = [(f"gather, V={vocab} M={M} D={D}", "exact")]
 
-    ref = reference(dout, ids, vocab)
     g = bench.poisoned((vocab, D), np.float32)  # the unused rows too: they must become 0
     backward(dout_, ids_, g, 1)
     got = g.copy_to_host()
@@ -432,21 +573,27 @@ def checks(rng) -> list:
     rows.append((f"backward v1, V={vocab} M={M} D={D}, rows {unused} unused", "within the float32 summation bound"))
 
     scratch = Scratch(vocab, M)
-    for run in (1, 2):  # the second run, on reused scratch, must give the same bits
-        g = bench.poisoned((vocab, D), np.float32)
-        backward(dout_, ids_, g, 2, scratch=scratch)
-        assert_bits_equal(f"backward v2 (run {run})", g.copy_to_host(), ref)
-    rows.append((f"backward v2, V={vocab} M={M} D={D}, rows {unused} unused, run twice", "bit-exact, twice"))
+    for v in SORTED:
+        ref = reference_of(v)(dout, ids, vocab)
+        for run in (1, 2):  # the second run, on reused scratch, must give the same bits
+            g = bench.poisoned((vocab, D), np.float32)
+            backward(dout_, ids_, g, v, scratch=scratch)
+            assert_bits_equal(f"backward v{v} (run {run})", g.copy_to_host(), ref)
+        rows.append((f"backward v{v}, V={vocab} M={M} D={D}, rows {unused} unused, run twice", "bit-exact, twice"))
     return rows
 
 
+PROBLEMS = ((65, 16384, 1024, None), (32000, 16384, 1024, None), (65, 262144, 128, 0.2))
+"""timings' (vocab, tokens, D, top share): 65 ids, ~250 tokens each (the hard case for atomics); 32000 ids, mostly
+0 or 1 token each; the large preset's characters (16384 windows of 16, 128 wide), one id a fifth of them."""
+
+
 def timings(rng, args) -> list:
-    M, D = 16384, 1024
-    ceiling = bench.copy_ceiling_gbs(4 * M * D)
     torch = bench.torch_cuda()
     tables = []
-    for vocab in (65, 32000):  # 65: ~250 tokens per row, the hard case for atomics; 32000: mostly 0 or 1
-        table, ids, dout = problem(rng, vocab, M, D)
+    for vocab, M, D, top in PROBLEMS:
+        ceiling = bench.copy_ceiling_gbs(4 * M * D)
+        table, ids, dout = problem(rng, vocab, M, D, top=top)
         t_, i_, d_ = cuda.to_device(table), cuda.to_device(ids), cuda.to_device(dout)
         out = cuda.device_array((M, D), np.float32)
         dtable = cuda.device_array((vocab, D), np.float32)
@@ -473,7 +620,8 @@ def timings(rng, args) -> list:
                                       torch, lambda: torch.ops.aten.embedding_dense_backward(tg, ti, vocab, -1, False)),
                                   backward_bytes))
         tables.append(bench.Table(
-            f"embedding, M={M} tokens, D={D}, V={vocab} ({M / vocab:,.1f} tokens per row), float32; bytes = ids + "
+            f"embedding, M={M} tokens, D={D}, V={vocab} ({M / vocab:,.1f} tokens per row"
+            + ("" if top is None else f", one row {top:.0%} of them") + "), float32; bytes = ids + "
             f"used table rows once + out (gather), ids + dout + dtable (backward)", "GB/s", rows, ceiling=ceiling))
     return tables
 

@@ -2,7 +2,7 @@
 buffers allocated once for M windows per step (`fl.train(..., engine="kernels")`).
 
 Which kernel runs where (the Linear GEMMs' precisions are the recipe's, fp8lab.numerics.recipes):
-  embedding        kernels.embedding: gather; backward = deterministic scatter-add (version 2)
+  embedding        kernels.embedding: gather; backward = deterministic scatter-add (embedding.BEST: sorted, segment sums)
   RMSNorm          kernels.rmsnorm; or, where Fprop takes x in E4M3 1 x 128 tiles, kernels.norm_quant (RMSNorm fused
                    with the tile quantization of its output, the codes going straight into W1's Fprop GEMM)
   SwiGLU           kernels.swiglu (fused with the tile quantization of h for W2's Fprop, the same way)
@@ -101,42 +101,90 @@ class Params:
 
 class StepProfile:
     """Where a training step's GPU time goes: CUDA events recorded between the ops of a step (all on one stream),
-    so the time from one mark to the next is what the GPU spent on the ops launched in between, including any wait
-    for Python to launch them. Totals per name over the profiled steps; nothing is recorded under the simulator
-    (its events are synchronous and report nothing about a GPU) or while inactive."""
+    so the time from one mark to the next is what the GPU spent on the ops launched in between. Launched from
+    Python (start()), that includes any wait for Python to launch them; in a captured graph (start(stream) while
+    the stream captures: the events become nodes of the graph), it does not. Totals per name over the profiled
+    steps; nothing is recorded under the simulator (its events are synchronous and report nothing about a GPU) or
+    while inactive."""
 
     def __init__(self):
-        self.totals, self.steps, self.active, self.marks = {}, 0, False, []
+        self.totals, self.steps, self.active, self.marks, self.stream = {}, 0, False, [], None
 
     @staticmethod
     def timed() -> bool:
         return not runtime.IS_SIM
 
-    def start(self) -> None:
-        self.active, self.marks = self.timed(), []
+    def start(self, stream=None) -> None:
+        """Profile what is launched from here to stop(); stream: a stream capturing a graph (read each replay with
+        collect()), or None: launches from Python on the default stream (collected by stop())."""
+        self.active, self.marks, self.stream = self.timed(), [], stream
 
-    def mark(self, name: str) -> None:
+    def mark(self, name: str | None) -> None:
         """What is launched from here to the next mark counts under `name`."""
         if self.active:
+            from ..device import graphs
+
             e = cuda.event()
-            e.record()
+            graphs.record_event(e, self.stream)
             self.marks.append((name, e))
 
     def stop(self) -> None:
         if not self.active:
             return
-        end = cuda.event()
-        end.record()
-        end.synchronize()
-        for (name, a), (_, b) in zip(self.marks, self.marks[1:] + [(None, end)]):
+        self.mark(None)
+        self.active = False
+        if self.stream is None:
+            self.collect()
+            self.marks = []
+
+    def collect(self) -> None:
+        """Add the intervals between the marks of the step just profiled (a graph: of its last replay)."""
+        self.marks[-1][1].synchronize()
+        for (name, a), (_, b) in zip(self.marks, self.marks[1:]):
             self.totals[name] = self.totals.get(name, 0.0) + cuda.event_elapsed_time(a, b)
-        self.steps, self.active, self.marks = self.steps + 1, False, []
+        self.steps += 1
 
     def ms_per_step(self) -> dict | None:
         """{name: milliseconds per step}, largest first; None when nothing was measured."""
         if not self.steps:
             return None
         return dict(sorted(((k, v / self.steps) for k, v in self.totals.items()), key=lambda kv: -kv[1]))
+
+
+def graph_breakdown(net, replays: int) -> dict | None:
+    """{op: GPU milliseconds per step} of net's forward and backward (net.run, on the batch already in its buffers)
+    captured as one CUDA graph with events between its ops and replayed `replays` times: what each op costs
+    without launches from Python between them (net.prof's eager steps include those gaps). The replays only
+    recompute the gradients (no update, no copy of a batch, the loss not read: those ops are not in it). None under
+    the simulator, or where the graph cannot be captured or timed."""
+    if not StepProfile.timed():
+        return None
+    from ..device import graphs
+
+    prof, g = StepProfile(), graphs.Graph()
+    eager, net.prof = net.prof, prof  # run() marks through net.prof and each DeviceLinear's prof
+    linears = net.lin1 + net.lin2
+    for lin in linears:
+        lin.prof = prof
+
+    def forward_backward():
+        prof.start(g.stream)
+        net.run(grads=True)
+        prof.stop()
+
+    try:
+        g.capture(forward_backward)
+        for _ in range(replays):
+            g.replay()
+            prof.collect()
+        return prof.ms_per_step()
+    except RuntimeError:
+        return None
+    finally:
+        net.prof = eager
+        for lin in linears:
+            lin.prof = eager
+        g.close()
 
 
 _NO_PROFILE = StepProfile()  # never started: mark() does nothing
@@ -399,7 +447,7 @@ class KernelModel:
         self.dlt = _empty((V, M))
         self.dzf, self.dx, self.gy = _empty((M, D)), _empty((M, D)), _empty((M, D))
         self.dh, self.du = _empty((M, F)), _empty((M, 2 * F))
-        self.scratch = embedding.Scratch(V, M * cfg.context)
+        self.scratch = embedding.Scratch(V, M * cfg.context, cfg.embed)
         d = model.outlier_scales(cfg)
         if d is not None:  # W1's GEMMs run on z * d and W1 / d (fp8lab.training.model)
             self.d, self.dinv = cuda.to_device(d), cuda.to_device((1 / d).astype(F32))
@@ -487,7 +535,7 @@ class KernelModel:
                                 residual=self.dx)
             elementwise.colsum(self.gy, g[f"g{i}"])
         mark("embedding backward")
-        embedding.backward(self.dx.reshape((M * cfg.context, cfg.embed)), self.ids, g["emb"], 2,
+        embedding.backward(self.dx.reshape((M * cfg.context, cfg.embed)), self.ids, g["emb"], embedding.BEST,
                            scratch=self.scratch, check_range=False)
 
 
@@ -520,6 +568,13 @@ class GraphedStep:
         self.copied = [cuda.event(), cuda.event()]  # each pinned batch's copy is done
         self.used = [False, False]
         self.loss_h = cuda.pinned_array(LOSS_RING, np.float32)
+        # copy_weights: the weights after a step copied on the device into one of two snapshots, then to the host
+        # on a stream of their own, so that the slow copy over PCIe runs beside the next steps' kernels
+        self.snap = [cuda.device_array(P.size, np.float32) for _ in range(2)]
+        self.snap_taken = [cuda.event(), cuda.event()]  # on self.stream: the snapshot is written
+        self.snap_read = [None, None]  # on copy_stream: the snapshot reached the host (it may be written again)
+        self.snap_turn = 0
+        self.copy_stream = cuda.stream()
         self.loss_done = cuda.event()
         self.turn, self.done, self.read = 0, 0, 0
         self.timed = not runtime.IS_SIM  # events around each replay: the GPU time of the steps (gpu_ms)
@@ -581,5 +636,16 @@ class GraphedStep:
         return out
 
     def copy_weights(self, buffer) -> None:
-        """The flat weights after the last queued step into `buffer` (pinned host memory), asynchronously."""
-        self.net.params.flat.copy_to_host(buffer, stream=self.stream)
+        """The flat weights after the last queued step into `buffer` (pinned host memory), asynchronously: a copy
+        on the device (HBM, fast) into a snapshot on self.stream, then the snapshot to `buffer` (PCIe, slow) on
+        copy_stream, beside the next steps. Wait for copy_stream (an event recorded on it) before reading buffer."""
+        k = self.snap_turn
+        if self.snap_read[k] is not None:
+            self.snap_read[k].wait(self.stream)  # its last copy to the host is done before it is written again
+        self.snap[k].copy_to_device(self.net.params.flat, stream=self.stream)
+        self.snap_taken[k].record(self.stream)
+        self.snap_taken[k].wait(self.copy_stream)
+        self.snap[k].copy_to_host(buffer, stream=self.copy_stream)
+        self.snap_read[k] = self.snap_read[k] or cuda.event()
+        self.snap_read[k].record(self.copy_stream)
+        self.snap_turn = 1 - k

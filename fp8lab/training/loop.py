@@ -127,6 +127,8 @@ class History:
     step_seconds: list = dataclasses.field(default_factory=list)
     # chars, kernels on a GPU: GPU milliseconds per step by op (after PROFILE_SKIP steps), largest first, else None
     breakdown: dict | None = None
+    # graph on a GPU: the same for the forward and backward replayed as one CUDA graph (no gaps between launches)
+    graph_breakdown: dict | None = None
     device: str | None = None  # engine "torch": the device PyTorch ran on ("cuda", "cpu")
     graph: bool = False  # chars, kernels: whether steps were replayed as a CUDA graph (train's graph; set at capture)
     # graph on a GPU: the GPU time of the replayed steps over their wall time (how busy the GPU was), else None
@@ -546,6 +548,7 @@ def _train_chars(s: Settings) -> History:
             try:
                 graphed = engine_kernels.GraphedStep(net, opt, steps - i + 1)
                 hist.graph = True
+                hist.graph_breakdown = engine_kernels.graph_breakdown(net, PROFILE_STEPS)
             except RuntimeError as e:  # the run goes on as graph=False would: the same losses
                 import warnings
 
@@ -555,7 +558,7 @@ def _train_chars(s: Settings) -> History:
             t0 = time.perf_counter()  # the capture is not a step's time
         if graphed is not None:  # queued on the GPU; the losses read every LOSS_READ_EVERY steps
             graphed(ids, tgt)
-            ema.push(graphed.copy_weights, graphed.stream)
+            ema.push(graphed.copy_weights, graphed.copy_stream)
             queued.append((i, t0))
             if len(queued) < LOSS_READ_EVERY and i % eval_every and i != steps:
                 continue

@@ -73,7 +73,7 @@ def estimate(s) -> dict:
     windows = s.eval_batches * s.batch * 13 * (C + 1)  # int32 ids and targets, and the int64 positions they came from
     host = [("the validation windows", windows, ("eval_batches", "batch"))]
     if kernels:  # device: weights, gradients, moments, transposes and codes; buffers for `batch` windows
-        per_param = 24 + (4 if s.moments == "fp32" else 0)
+        per_param = 24 + (4 if s.moments == "fp32" else 0) + 8  # 8: the two snapshots the EMA is copied from
         per_window = F32 * (L * (8 * D + 11 * F) + 6 * D + 4 * V + 2 * C)
         device = [("the weights, their gradients, AdamW's moments and the GEMMs' copies", per_param * P,
                    MODEL_OPTIONS),

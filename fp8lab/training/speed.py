@@ -87,6 +87,8 @@ class Run:
     val_loss: float | None = None
     why_not: str | None = None
     gpu_busy: float | None = None  # the course's runs with a CUDA graph: GPU time over step time (History.gpu_busy)
+    breakdown: dict | None = None  # the course's runs on a GPU: History.breakdown (launched from Python)
+    graph_breakdown: dict | None = None  # and History.graph_breakdown (forward and backward as one CUDA graph)
 
 
 def preset(size: str) -> dict:
@@ -109,7 +111,8 @@ def course_run(recipe: str, args: dict, steps: int, graph: bool | None = None) -
     fl.train's (None: the step replayed as a CUDA graph on a GPU)."""
     a = dict(args, steps=steps)
     h = loop.train(recipe, task="chars", engine="kernels", progress=False, eval_every=steps, graph=graph, **a)
-    return Run(course_label(recipe, graph), h.step_ms, h.eval_loss, gpu_busy=h.gpu_busy)
+    return Run(course_label(recipe, graph), h.step_ms, h.eval_loss, gpu_busy=h.gpu_busy, breakdown=h.breakdown,
+               graph_breakdown=h.graph_breakdown)
 
 
 def course_label(recipe: str, graph: bool | None = None) -> str:
@@ -181,6 +184,27 @@ def table(size: str, args: dict, runs: list[Run], steps: int) -> bench.Table:
                                "val vs fp8lab bf16", "not run because"], cells=cells)
 
 
+def breakdown_table(size: str, runs: list[Run]) -> bench.Table | None:
+    """GPU milliseconds per step by op of the course's runs: launched from Python (the profiled eager steps, gaps
+    included) and, where the step became a CUDA graph, the forward and backward replayed as one; None when no run
+    measured any (the simulator)."""
+    cols = []
+    for r in runs:
+        if r.breakdown and not r.label.endswith("(no CUDA graph)"):
+            cols.append((f"{r.label}: launched from Python", r.breakdown))
+            if r.graph_breakdown:
+                cols.append((f"{r.label}: one CUDA graph", r.graph_breakdown))
+    if not cols:
+        return None
+    ops = list(dict.fromkeys(k for _, b in cols for k in b))
+    cells = [[op] + ["-" if op not in b else f"{b[op]:.3f}" for _, b in cols] for op in ops]
+    cells.append(["all"] + [f"{sum(b.values()):.3f}" for _, b in cols])
+    return bench.Table(f"train --size {size}: GPU ms per step by op (CUDA events between the ops; launched from "
+                       "Python they include the waits for Python; the graph holds the forward and backward only: "
+                       "no batch copy, AdamW, EMA copy or loss read)", None,
+                       header=["op"] + [label for label, _ in cols], cells=cells)
+
+
 def _ratio(base, ms) -> str:
     return "-" if base is None or ms is None else f"{base / ms:.2f}x"
 
@@ -222,6 +246,9 @@ def checks(rng) -> list:
             raise AssertionError(f"{r.label}: validation loss {r.val_loss}, step {r.step_ms} ms")
         out.append((f"{r.label}: 2 steps of a tiny model", r.why_not or f"val {r.val_loss:.4f} nats"))
     table("tiny", dict(tiny), runs, 2).columns(None)
+    timed = dataclasses.replace(runs[-1], label=course_label("fp8-deepseek"), breakdown={"GEMM Fprop": 1.0,
+                                "AdamW": 0.5}, graph_breakdown={"GEMM Fprop": 0.6})  # the simulator times none
+    breakdown_table("tiny", [timed]).columns(None)
     series = {course_label("bf16"): [1.0, 2.0], course_label("fp8-deepseek"): [2.0, None]}
     crossover_table((16, 32), series, 8).columns(None)
     out.append(("tables", "built"))
@@ -235,6 +262,9 @@ def timings(rng, args) -> list:
     for size in args.sizes:
         sargs, runs = compare(size, args.steps, recipes=args.recipes)
         tables.append(table(size, sargs, runs, args.steps or sargs["steps"]))
+        ops = breakdown_table(size, runs)
+        if ops is not None:
+            tables.append(ops)
     widths = args.widths
     if widths:
         batch = preset("large")["batch"]
