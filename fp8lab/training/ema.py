@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from ..device import runtime
+
+
+@numba.njit(nogil=True)
+def average(ema, w, decay, rest):
+    """ema[i] = ema[i] * decay + rest * w[i] for float32 arrays and scalars, in one pass, releasing the GIL; each
+    product and the sum rounded to float32 as NumPy rounds them (numba fuses no multiply-add without fastmath),
+    so the bits are those of the reference engine's two NumPy lines."""
+    for i in range(ema.size):
+        ema[i] = ema[i] * decay + rest * w[i]
 
 
 class CpuEma:
@@ -18,10 +28,10 @@ class CpuEma:
     worker is two snapshots behind. `close()` ends the worker and its threads (fl.train calls it at the end of a
     run); an error in the worker is raised again by the next push() or value().
 
-    The update runs in place (the snapshot buffer is scaled where it lies: no temporary array) over CHUNK-sized
-    slices on up to THREADS threads: at the large preset the weights are 0.55 GB, more than one thread averages
-    within a step (BENCHMARKS.md, train). Each element sees the same float32
-    operations, ema * decay + (1 - decay) * w, so the bits do not depend on the split."""
+    The update is one pass over memory (`average`: NumPy's `ema *= decay; ema += (1 - decay) * w` reads and writes
+    the weights three times) over CHUNK-sized slices on up to THREADS threads: at the large preset the weights are
+    0.55 GB a step. Each element sees the same float32 operations, ema * decay + (1 - decay) * w, so the bits do
+    not depend on the split."""
 
     CHUNK = 1 << 20
     THREADS = 8
@@ -50,10 +60,7 @@ class CpuEma:
         threading.Thread(target=self._work, daemon=True).start()
 
     def _add(self, w: np.ndarray, part: slice) -> None:
-        e, x = self.ema.reshape(-1)[part], w[part]
-        e *= self.decay
-        np.multiply(x, self.rest, out=x)  # the snapshot is ours until free[k] is set
-        e += x
+        average(self.ema.reshape(-1)[part], w[part], self.decay, self.rest)
 
     def _work(self) -> None:
         while True:
@@ -76,6 +83,8 @@ class CpuEma:
                 runtime.cuda.current_context()  # this thread's driver calls need the context
             self.copied[k].synchronize()
         w = self.buffers[k].reshape(-1)
+        if w.size != self.ema.size or w.dtype != np.float32:  # average() checks no bounds
+            raise ValueError(f"a snapshot must hold {self.ema.size} float32 weights, got {w.size} {w.dtype}")
         if self.pool is None:
             self._add(w, slice(None))
         else:
