@@ -1,6 +1,7 @@
 """SwiGLU (fp8lab/kernels/swiglu.py): the 1x128 tile E4M3 quantization of h = silu(a) * b (versions 1 and 2, codes
-and scales bit for bit against spec.quantize of the reference h), the float32 forward, the backward, gates large
-enough to overflow a float32 exp, NaN/Inf poisoning, and bad input.
+and scales bit for bit against spec.quantize of the reference h), the float32 forward, the backward and its fusion
+with the dual tile quantization of du, gates large enough to overflow a float32 exp, NaN/Inf poisoning, and bad
+input.
 
 Fresh random inputs (the `rng` fixture), F not a multiple of 128 (partial last tiles) and odd M, outputs poisoned
 before the launch. Small shapes run everywhere (the simulator); realistic ones are marked `gpu`.
@@ -105,6 +106,49 @@ def test_backward(rng, shape):
     assert swiglu.backward(cuda.to_device(u), cuda.to_device(dh), du) is du
     atol, rtol = swiglu.backward_tolerance(u, dh)  # one float32 rounding of a float64 value; its docstring says more
     assert_close("du", du.copy_to_host(), swiglu.reference_backward(u, dh), atol=atol, rtol=rtol)
+
+
+def run_backward_dual(u, dh, fmt="e4m3", mode="amax"):
+    """launch_backward_quantize_dual on poisoned device outputs; host (codes, scale, codes_t, scale_t)."""
+    M, N = u.shape
+    outs = (poisoned((M, N), np.uint8), poisoned(spec.scale_shape("tile", (M, N)), np.float32),
+            poisoned((N, M), np.uint8), poisoned(spec.scale_shape("tile", (N, M)), np.float32))
+    swiglu.launch_backward_quantize_dual(cuda.to_device(u), cuda.to_device(dh), *outs, fmt, mode)
+    return [o.copy_to_host() for o in outs]
+
+
+def assert_dual_matches(got, du, fmt, mode):
+    """got: (codes, scale, codes_t, scale_t) against spec.quantize's tiles of du and of du^T, bit for bit."""
+    for name, (codes, scale), x in (("du", got[:2], du), ("du^T", got[2:], np.ascontiguousarray(du.T))):
+        ref_codes, ref_scale, _ = spec.quantize(x, "tile", fmt=fmt, mode=mode)
+        assert_codes_equal(f"{name} codes", codes, ref_codes)
+        assert np.array_equal(scale, ref_scale, equal_nan=True), f"{name}: scales differ"
+
+
+@pytest.mark.parametrize("fmt, mode", [("e4m3", "amax"), ("e4m3", "pow2"), ("e5m2", "amax")])
+@pytest.mark.parametrize("shape", shapes())
+def test_backward_quantize_dual_is_the_tiles_of_du_and_du_t(rng, shape, fmt, mode):
+    """The fused backward writes du's 1x128 tiles and du^T's, bit for bit spec.quantize of the du that `backward`
+    writes in float32 (which the fused kernel never does) and of its transpose."""
+    M, F = shape
+    u, dh = swiglu.make_inputs(rng, M, F)
+    du = swiglu.backward(cuda.to_device(u), cuda.to_device(dh)).copy_to_host()
+    assert_dual_matches(run_backward_dual(u, dh, fmt, mode), du, fmt, mode)
+
+
+def test_backward_quantize_dual_public_op_and_poisoning(rng):
+    """NumPy in, NumPy QuantizedTensors out (du's and du^T's); a NaN in u poisons the tiles of du it reaches in both
+    layouts: da and db of its row (one tile each along du's row, one along each of those columns of du^T)."""
+    M, F = 3, 200
+    u, dh = swiglu.make_inputs(rng, M, F)
+    u[1, 7] = np.nan  # the gate of column 7: da[1, 7] and db[1, 7] (du column F + 7) are NaN
+    q, qt = swiglu.backward_quantize_dual(u, dh, mode="pow2")
+    assert isinstance(q.data, np.ndarray) and (q.granularity, q.block, qt.data.shape) == ("tile", 128, (2 * F, M))
+    du = swiglu.backward(u, dh)
+    assert_dual_matches((q.data, q.scale, qt.data, qt.scale), du, "e4m3", "pow2")
+    bad = np.isnan(q.scale)
+    assert bad[1, 0] and bad[1, (F + 7) // 128] and bad.sum() == 2
+    assert np.isnan(qt.scale[7, 0]) and np.isnan(qt.scale[F + 7, 0]) and np.isnan(qt.scale).sum() == 2
 
 
 def test_reference_backward_is_the_derivative(rng):
@@ -226,7 +270,7 @@ def _dev(shape, dtype=np.float32):
     return cuda.device_array(shape, dtype)
 
 
-fwd, bwd, quant = swiglu.forward, swiglu.backward, swiglu.forward_quantize
+fwd, bwd, quant, dual = swiglu.forward, swiglu.backward, swiglu.forward_quantize, swiglu.backward_quantize_dual
 BAD = [
     (lambda r: fwd(_u(r).astype(np.float64)), TypeError, r"^u must have dtype float32"),
     (lambda r: fwd([[1.0, 2.0]]), TypeError, r"^u must have dtype float32"),
@@ -240,6 +284,11 @@ BAD = [
     (lambda r: bwd(_u(r), _u(r)[:, :10].astype(np.float16)), TypeError, r"^dh must have dtype float32"),
     (lambda r: bwd(_u(r), _u(r)[:, :10].copy(), _dev((3, 20), np.float64)), TypeError, r"^du must have dtype float32"),
     (lambda r: quant(_u(r), version=3), ValueError, r"^version must be None or an int in \(1, 2\)"),
+    (lambda r: dual(_u(r), _u(r)), ValueError, r"^dh must have shape \(3, 10\)"),
+    (lambda r: dual(_u(r), _u(r)[:, :10].copy(), fmt="e8m0"), ValueError,
+     r"^fmt must be one of \('e4m3', 'e5m2'\)"),
+    (lambda r: dual(_u(r), _u(r)[:, :10].copy(), mode="mx_floor"), ValueError,
+     r"^mode must be one of \('amax', 'pow2'\)"),
     (lambda r: quant(_u(r), version="2"), TypeError, r"^version must be None or an int"),
     (lambda r: quant(_u(r), _dev((3, 10), np.uint8)), ValueError, r"^codes and scale must be given together"),
     (lambda r: quant(_u(r), _dev((3, 10)), _dev((3, 1))), TypeError, r"^codes must have dtype uint8"),

@@ -11,6 +11,9 @@ Sections:
 - the register-tiled SGEMM core: its geometry (`TILE_M`, `TILE_N`, `TILE_K`, `THREAD_M`, `THREAD_N`, ...),
   `sgemm_fma_step` and `sgemm_store`, shared by gemm version 7 and fp8_gemm version 3 (`sgemm_store_add`: its
   epilogue with a residual, c = r + acc);
+- the scale of a group: `amax_scale` (amax / FP8_MAX) and `make_group_scale(fmt, mode)` (every scale mode of
+  spec.group_scale), and `make_dual_tile_kernel` (x and x.T in 1 x 128 tiles from one read: quantize_fine's dual
+  quantize, swiglu's backward fused with it);
 - wgmma staging, shared by fp8_gemm versions 5-7 and bf16_gemm: `copy16` (16 bytes global -> shared, cp.async
   where aligned), `load_swizzled_tile` (128 rows of 128 bytes, 128-byte swizzle, 256 threads) and
   `make_store_wgmma(n, add)` (a warpgroup's m64nN float32 accumulators to global memory, edges masked; add=True
@@ -37,8 +40,10 @@ import numpy as np
 from ..numerics import formats
 from ..device import ptx, runtime
 from ..numerics.spec import AMAX_FLOOR as _AMAX_FLOOR
+from ..numerics.spec import (DEEPGEMM_AMAX_FLOOR, DEEPGEMM_INV_MAX, E8M0_NAN, EMAX_ELEM, FP8_MAX, GROUP_K, MODES,
+                             POISON_CODE)
 from ..device.ptx import ld_global_v4_f32, ld_shared_v4_f32
-from ..device.runtime import FULL_MASK, cuda, shfl_xor_sync
+from ..device.runtime import FULL_MASK, WARP_SIZE, cuda, shfl_xor_sync
 
 __all__ = [
     "encode_e4m3_sat", "encode_e4m3", "encode_e5m2_sat", "encode_e5m2", "decode_e4m3", "decode_e5m2",
@@ -397,6 +402,122 @@ def amax_scale(amax, fp8_max):
     safe = amax if amax > _AMAX_FLOOR else _AMAX_FLOOR
     return safe / fp8_max, fp8_max / safe
 
+
+__all__ += ["make_group_scale"]
+_ONE32, _HALF32 = np.float32(1.0), np.float32(0.5)
+
+
+def make_group_scale(fmt: str, mode: str):
+    """The scale rule of one group (spec.group_scale) as a device function, one per (fmt, mode)."""
+    fp8_max = FP8_MAX[fmt]
+    emax = EMAX_ELEM[fmt]
+    mx_mul = np.float32(2.0 ** -(1 + emax))  # 2^e (from frexp) * 2^-(1+emax) = 2^(floor(log2 amax) - emax)
+    mode_id = MODES.index(mode)
+    if mode_id >= 4 and fmt != "e4m3":
+        raise ValueError(f"fmt must be 'e4m3' for mode {mode!r} (DeepGEMM's casts divide by 448), got {fmt!r}")
+    floor = DEEPGEMM_AMAX_FLOOR if mode_id >= 4 else _AMAX_FLOOR
+
+    @cuda.jit(device=True)
+    def group_scale(amax):
+        """(scale, inv_scale, e8m0_code) of a group from its amax; NaN scales for a NaN/Inf amax
+        (spec.group_scale, the same rule in NumPy)."""
+        if not amax <= _F32_FINITE_MAX:  # NaN compares false; +Inf is above the largest float32
+            return _F32_NAN, _F32_NAN, E8M0_NAN
+        safe = amax if amax > floor else floor
+        if mode_id == 0:  # amax / FP8_MAX
+            return safe / fp8_max, fp8_max / safe, 0
+        if mode_id == 4:  # DeepGEMM as PyTorch computes it: amax * fl32(1/448), then 1 / scale
+            s = safe * DEEPGEMM_INV_MAX
+            return s, _ONE32 / s, 0
+        if mode_id == 2:  # OCP: 2^(floor(log2 amax) - emax_elem)
+            m, e = math.frexp(safe)  # safe = m * 2^e, 0.5 <= m < 1, so floor(log2 safe) = e - 1
+            s = (safe / m) * mx_mul  # safe / m == 2^e exactly
+            return s, _ONE32 / s, int(e) + (126 - emax)
+        t = safe * DEEPGEMM_INV_MAX if mode_id == 5 else safe / fp8_max  # modes 1, 3, 5: t rounded up to 2^e
+        m, e = math.frexp(t)
+        if m == _HALF32:  # t is already a power of two, 2^(e-1)
+            return t, _ONE32 / t, int(e) + 126
+        s = t / m  # 2^e exactly
+        return s, _ONE32 / s, int(e) + 127
+
+    return group_scale
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# x and x.T quantized in 1 x 128 tiles in one pass (DeepSeek-V3 fuses the FP8 cast with the transpose, section
+# 3.3.4), from whatever value(a, b, r, c) gives for x[r, c]: x itself (quantize_fine.quantize_tile_dual), or
+# a quantity computed there (swiglu's backward: du from u and dh, never written in float32)
+# ----------------------------------------------------------------------------------------------------------------
+
+__all__ += ["make_dual_tile_kernel", "DUAL_THREADS", "DUAL_SMEM", "dual_tile_grid"]
+DUAL_PAD = GROUP_K + 1  # floats per shared row: a warp reading a column touches 32 different banks
+DUAL_SMEM = GROUP_K * DUAL_PAD * 4  # bytes of dynamic shared memory (66,048: over the 48 KiB static limit)
+DUAL_THREADS = runtime.block_threads(256)  # 8 warps on a GPU, one under the simulator
+_F32_TYPE = runtime.numba_type("float32")
+_ZERO32 = np.float32(0.0)
+
+
+def dual_tile_grid(M: int, N: int) -> tuple[int, int]:
+    """The grid of a dual tile kernel for an (M, N) x: a block per 128 x 128 tile."""
+    return -(-N // GROUP_K), -(-M // GROUP_K)
+
+
+def make_dual_tile_kernel(fmt: str, mode: str, value):
+    """kernel(a, b, codes, scale, codes_t, scale_t) for one format and scale mode (compiled in): x[r, c] =
+    value(a, b, r, c) (a device function) for r < a.shape[0], c < a.shape[1], read once into shared memory (rows
+    padded to DUAL_PAD floats), then each row's amax, scale and codes written along the row into codes (M, N) and
+    scale (M, ceil(N/128)), and each column's along x.T's row into codes_t (N, M) and scale_t (N, ceil(M/128)),
+    all coalesced: spec.quantize of x and of x.T in 1 x 128 tiles, bit for bit. Launch on dual_tile_grid(M, N)
+    with DUAL_THREADS threads and DUAL_SMEM bytes of dynamic shared memory."""
+    encode = ENCODE_SAT[fmt]
+    group_scale = make_group_scale(fmt, mode)
+    per_lane = GROUP_K // WARP_SIZE
+    PAD = DUAL_PAD
+    ZERO = _ZERO32
+
+    @cuda.jit
+    def dual_kernel(a, b, codes, scale, codes_t, scale_t):
+        s = cuda.shared.array(0, _F32_TYPE)
+        M, N = a.shape
+        r0, c0 = cuda.blockIdx.y * GROUP_K, cuda.blockIdx.x * GROUP_K
+        lane, warp = cuda.threadIdx.x % WARP_SIZE, cuda.threadIdx.x // WARP_SIZE
+        warps = cuda.blockDim.x // WARP_SIZE
+        for r in range(warp, GROUP_K, warps):  # the tile, zeros past the edges (they leave an amax alone)
+            for j in range(per_lane):
+                c = lane + WARP_SIZE * j
+                v = ZERO
+                if r0 + r < M and c0 + c < N:
+                    v = value(a, b, r0 + r, c0 + c)
+                s[r * PAD + c] = v
+        cuda.syncthreads()
+        for r in range(warp, GROUP_K, warps):  # x's 1 x 128 tiles: a warp per row (warp-uniform test)
+            if r0 + r < M:
+                m = ZERO
+                for j in range(per_lane):
+                    m = nanmax(m, abs(s[r * PAD + lane + WARP_SIZE * j]))
+                m = warp_max(m)
+                sc, inv, _ = group_scale(m)
+                for j in range(per_lane):
+                    c = lane + WARP_SIZE * j
+                    if c0 + c < N:
+                        codes[r0 + r, c0 + c] = POISON_CODE if inv != inv else encode(s[r * PAD + c] * inv)
+                if lane == 0:
+                    scale[r0 + r, cuda.blockIdx.x] = sc
+        for c in range(warp, GROUP_K, warps):  # x.T's 1 x 128 tiles: a warp per column of x
+            if c0 + c < N:
+                m = ZERO
+                for j in range(per_lane):
+                    m = nanmax(m, abs(s[(lane + WARP_SIZE * j) * PAD + c]))
+                m = warp_max(m)
+                sc, inv, _ = group_scale(m)
+                for j in range(per_lane):
+                    r = lane + WARP_SIZE * j
+                    if r0 + r < M:
+                        codes_t[c0 + c, r0 + r] = POISON_CODE if inv != inv else encode(s[r * PAD + c] * inv)
+                if lane == 0:
+                    scale_t[c0 + c, cuda.blockIdx.y] = sc
+
+    return dual_kernel
 
 # ----------------------------------------------------------------------------------------------------------------
 # bfloat16 (1 sign, 8 exponent, 7 mantissa bits: the top half of a float32), for the bf16 recipe's GEMM inputs and

@@ -15,6 +15,9 @@ forward:  h (M, F) float32, for the FP32 and BF16 recipes.
 backward: du = [da | db] (M, 2F) from u and dh (M, F): da = dh * b * s * (1 + a * (1 - s)), db = dh * silu(a),
           s = sigmoid(a) recomputed from u; DeepSeek-V3 too caches SwiGLU's input (in FP8) and recomputes its output
           in the backward pass (arXiv 2412.19437, section 3.3.3).
+backward_quantize_dual: du's 1x128 tiles (W1's Dgrad) and du^T's (W1's Wgrad) straight from u and dh, du never
+          written in float32 (common.make_dual_tile_kernel on du computed as it is read): bit for bit the tiles of
+          backward's du and of its transpose, 12 + 2 bytes per element of dh instead of 12 + 8 + 8 + 2.
 
 Numerics. sigmoid comes from t = exp(-|a|) <= 1, which cannot overflow for any a (a float32 exp(-a) overflows below
 a = -88.7): with r = 1 / (1 + t), s = r for a >= 0 and t * r below (1 - s is the other one). s and h = a * s * b are
@@ -41,7 +44,8 @@ from ..numerics import spec
 from ..bench import timing
 from ..device.runtime import MAX_BLOCKS, WARP_SIZE, cuda
 from ..numerics.spec import POISON_CODE
-from .common import ENCODE_SAT, amax_scale, nanmax, warp_max
+from .common import (DUAL_SMEM, DUAL_THREADS, ENCODE_SAT, amax_scale, dual_tile_grid, make_dual_tile_kernel, nanmax,
+                     warp_max)
 from .versions import Version
 
 TILE = spec.GROUP_K  # 1x128 activation tiles
@@ -79,6 +83,23 @@ def swiglu_value(a, b):
     a64 = np.float64(a)
     s, _ = sigmoid_parts(a64)
     return np.float32(a64 * s * np.float64(b))
+
+
+@cuda.jit(device=True)
+def swiglu_grads(a, b, g):
+    """(da, db) float32 of float32 a, b and g = dh: evaluated in float64, each rounded once."""
+    a64, b64, g64 = np.float64(a), np.float64(b), np.float64(g)
+    s, sm = sigmoid_parts(a64)
+    return np.float32(g64 * b64 * s * (_ONE64 + a64 * sm)), np.float32(g64 * (a64 * s))
+
+
+@cuda.jit(device=True)
+def du_value(u, dh, r, col):
+    """du[r, col] of the backward: da for col < F, db past it (common.make_dual_tile_kernel's value)."""
+    F = dh.shape[1]
+    c = col if col < F else col - F
+    da, db = swiglu_grads(u[r, c], u[r, F + c], dh[r, c])
+    return da if col < F else db
 
 
 @cuda.jit(device=True)
@@ -125,12 +146,7 @@ def swiglu_backward_kernel(u, dh, du):
     if c < F:
         r = cuda.blockIdx.y
         while r < M:
-            a = np.float64(u[r, c])
-            b = np.float64(u[r, F + c])
-            g = np.float64(dh[r, c])
-            s, sm = sigmoid_parts(a)
-            du[r, c] = np.float32(g * b * s * (_ONE64 + a * sm))
-            du[r, F + c] = np.float32(g * (a * s))
+            du[r, c], du[r, F + c] = swiglu_grads(u[r, c], u[r, F + c], dh[r, c])
             r += cuda.gridDim.y
 
 
@@ -215,6 +231,17 @@ def launch_backward(u, dh, du) -> None:
     swiglu_backward_kernel[_elementwise_grid(*dh.shape)](u, dh, du)
 
 
+def launch_backward_quantize_dual(u, dh, codes, scale, codes_t, scale_t, fmt: str = "e4m3",
+                                  mode: str = "amax") -> None:
+    """du's 1x128 tiles, codes (M, 2F) uint8 and scale (M, ceil(2F/128)) float32, and du^T's, codes_t (2F, M) and
+    scale_t (2F, ceil(M/128)), from u (M, 2F) and dh (M, F), device arrays; fmt "e4m3" or "e5m2", mode "amax" or
+    "pow2" (spec.group_scale)."""
+    M, N = u.shape
+    kernel = runtime.cached(("swiglu.backward_dual", fmt, mode), lambda: make_dual_tile_kernel(fmt, mode, du_value))
+    runtime.launch_with_shared(kernel, dual_tile_grid(M, N), DUAL_THREADS, DUAL_SMEM, u, dh, codes, scale, codes_t,
+                               scale_t)
+
+
 def launch_forward_quantize(u, codes, scale, h, version: int) -> None:
     """codes (M, F) uint8 and scale (M, ceil(F/128)) float32 from u (M, 2F); h (M, F) float32 to write too, or None
     (version 1 then allocates its intermediate h), device arrays."""
@@ -282,6 +309,35 @@ def backward(u, dh, du=None):
     if out is None and not (V.is_device_array(u) or V.is_device_array(dh)):
         return ddu.copy_to_host()
     return ddu
+
+
+DUAL_MODES = ("amax", "pow2")
+"""backward_quantize_dual's scale modes (spec.group_scale): 1 x 128 tiles."""
+
+
+def backward_quantize_dual(u, dh, *, fmt="e4m3", mode="amax"):
+    """backward's du (M, 2F) and du^T quantized in 1 x 128 tiles, from u (M, 2F) and dh (M, F) float32 (NumPy or
+    device arrays) in one pass, du never written in float32: (QuantizedTensor of du, QuantizedTensor of du^T),
+    granularity "tile", bit for bit spec.quantize of backward(u, dh) and of its transpose. fmt "e4m3" or "e5m2";
+    mode "amax" or "pow2". Device arrays in, device arrays in the results; NumPy in, NumPy out."""
+    u, M, F = _check_u(u)
+    dh = V.array("dh", dh, dtype=np.float32, shape=(M, F))
+    if fmt not in ENCODE_SAT:
+        raise ValueError(f"fmt must be one of {tuple(ENCODE_SAT)}, got {fmt!r}")
+    if mode not in DUAL_MODES:
+        raise ValueError(f"mode must be one of {DUAL_MODES} (1 x 128 tiles), got {mode!r}")
+    N = 2 * F
+    codes, codes_t = cuda.device_array((M, N), np.uint8), cuda.device_array((N, M), np.uint8)
+    scale = cuda.device_array(spec.scale_shape("tile", (M, N), TILE), np.float32)
+    scale_t = cuda.device_array(spec.scale_shape("tile", (N, M), TILE), np.float32)
+    launch_backward_quantize_dual(runtime.to_device(u), runtime.to_device(dh), codes, scale, codes_t, scale_t, fmt,
+                                  mode)
+    host = not (V.is_device_array(u) or V.is_device_array(dh))
+    out = []
+    for c, sc in ((codes, scale), (codes_t, scale_t)):
+        c, sc = (c.copy_to_host(), sc.copy_to_host()) if host else (c, sc)
+        out.append(spec.QuantizedTensor(c, sc, fmt=fmt, granularity="tile", block=TILE))
+    return tuple(out)
 
 
 def forward_quantize(u, codes=None, scale=None, h=None, *, version=None) -> spec.QuantizedTensor:
@@ -435,8 +491,16 @@ def checks(rng, only=None) -> list:
         ddu = bench.poisoned((M, 2 * F), np.float32)
         backward(du_, cuda.to_device(dh), ddu)
         atol, rtol = backward_tolerance(u, dh)
-        bench.assert_close("backward du", ddu.copy_to_host(), reference_backward(u, dh), atol=atol, rtol=rtol)
+        du = ddu.copy_to_host()
+        bench.assert_close("backward du", du, reference_backward(u, dh), atol=atol, rtol=rtol)
         out.append((f"backward du ({M}, {2 * F})", "within an ulp of float64"))
+        for mode in DUAL_MODES:  # fused: du's tiles and du^T's, bit for bit those of the kernel's du
+            q, qt = backward_quantize_dual(u, dh, mode=mode)
+            for name, got, x in (("du", q, du), ("du^T", qt, np.ascontiguousarray(du.T))):
+                codes, scale, _ = spec.quantize(x, "tile", mode=mode)
+                bench.assert_codes_equal(f"backward_quantize_dual ({mode}) {name} codes", got.data, codes)
+                assert np.array_equal(got.scale, scale), f"backward_quantize_dual ({mode}): {name} scales differ"
+            out.append((f"backward_quantize_dual ({mode}): du and du^T tiles ({M}, {2 * F})", "bit-exact"))
     return out
 
 
@@ -453,6 +517,10 @@ def timings(rng, args) -> list:
     codes, scale = cuda.device_array((M, F), np.uint8), cuda.device_array(sshape, np.float32)
     h, ddu = cuda.device_array((M, F), np.float32), cuda.device_array((M, 2 * F), np.float32)
     nscale = scale.size * 4
+    dual_out = (cuda.device_array((M, 2 * F), np.uint8), cuda.device_array(spec.scale_shape("tile", (M, 2 * F), TILE),
+                np.float32), cuda.device_array((2 * F, M), np.uint8),
+                cuda.device_array(spec.scale_shape("tile", (2 * F, M), TILE), np.float32))
+    dual_scales = 4 * (dual_out[1].size + dual_out[3].size)
     timed = [
         (1, f"v1: {VERSIONS[1]}", lambda: forward_quantize(du_, codes, scale, h, version=1),
          8 * n + 4 * n + 4 * n + n + nscale),
@@ -461,6 +529,8 @@ def timings(rng, args) -> list:
          8 * n + 4 * n + n + nscale),
         ("forward", "forward: float32 h", lambda: forward(du_, h), 8 * n + 4 * n),
         ("backward", "backward: du from u and dh", lambda: backward(du_, ddh, ddu), 8 * n + 4 * n + 8 * n),
+        ("backward", "backward_quantize_dual: du's and du^T's 1x128 tiles from u and dh",
+         lambda: launch_backward_quantize_dual(du_, ddh, *dual_out), 8 * n + 4 * n + 4 * n + dual_scales),
     ]
     rows = [bench.time_row(label, fn, nbytes, launch=True) for what, label, fn, nbytes in timed
             if bench.selected(only, what)]

@@ -2,10 +2,12 @@
 buffers allocated once for M windows per step (`fl.train(..., engine="kernels")`).
 
 Which kernel runs where (the Linear GEMMs' precisions are the recipe's, fp8lab.numerics.recipes):
-  embedding        kernels.embedding: gather; backward = deterministic scatter-add (embedding.BEST: sorted, segment sums)
+  embedding        kernels.embedding: gather; backward = deterministic scatter-add (embedding.BEST: sort, segment sums)
   RMSNorm          kernels.rmsnorm; or, where Fprop takes x in E4M3 1 x 128 tiles, kernels.norm_quant (RMSNorm fused
                    with the tile quantization of its output, the codes going straight into W1's Fprop GEMM)
-  SwiGLU           kernels.swiglu (fused with the tile quantization of h for W2's Fprop, the same way)
+  SwiGLU           kernels.swiglu (fused with the tile quantization of h for W2's Fprop, the same way; backward:
+                   where W1's Dgrad and Wgrad take du in 1 x 128 tiles, du's and du^T's tiles straight from u and dh,
+                   swiglu.launch_backward_quantize_dual: du is never written in float32)
   Linear GEMMs     float32: kernels.gemm (SIMT); bfloat16: kernels.bf16_gemm (tensor cores, where the GPU has
                    wgmma: each operand cast once into both NT layouts where both are needed, bf16_gemm.to_bf16_both),
                    else kernels.gemm on the inputs rounded by elementwise.round_bf16;
@@ -260,6 +262,7 @@ class DeviceLinear:
     def __init__(self, recipe, M: int, N: int, K: int, prof: StepProfile = _NO_PROFILE, need_dx: bool = True):
         self.recipe = r = recipes.get(recipe)
         self.M, self.N, self.K, self.prof = M, N, K, prof
+        self.dual = False  # FP8 below: dy's tiles and dy^T's from one pass
         self.gv, self.fv, self.fv_residual = gemm_version(), fp8_gemm_version(), fp8_gemm_version(residual=True)
         self.precision = r.gemm_precision
         self.tensor_cores = self.precision == "bf16" and bf16_tensor_cores()
@@ -351,9 +354,16 @@ class DeviceLinear:
         mark("GEMM Fprop")
         self._gemm(self.x_codes, self.w_codes, y, residual)
 
-    def backward(self, dy, dx, dw) -> None:
+    def codes_for_grad(self):
+        """FP8 recipes whose dy is quantized in one pass for both GEMMs (self.dual): the (codes, scale) buffers of dy
+        and of dy^T, then fmt and mode, for a kernel that quantizes dy as it computes it."""
+        d, dt = self.dy_codes, self.dyt_codes
+        return d.codes, d.scale, dt.codes, dt.scale, d.fmt, d.mode
+
+    def backward(self, dy, dx, dw, quantized: bool = False) -> None:
         """dx = dy W (Dgrad; skipped when dx is None: an input that is data) and dW = dy^T x (Wgrad) for the x and
-        W of the last forward."""
+        W of the last forward. quantized=True (self.dual): dy's and dy^T's tiles were already written into
+        codes_for_grad(); dy is then not read (None)."""
         mark = self.prof.mark
         if self.tensor_cores:  # NT operands: Dgrad (dy, W^T), Wgrad (dy^T, x^T)
             mark("cast and transpose")
@@ -380,7 +390,10 @@ class DeviceLinear:
             mark("GEMM Wgrad")
             gemm.launch(self.dyt, self.x, dw, self.gv)
             return
-        if self.dual:  # dy's tiles and dy^T's in one pass (the cast fused with the transpose)
+        if quantized:
+            if not self.dual:
+                raise ValueError("quantized=True needs a recipe whose dy is quantized in one pass for both GEMMs")
+        elif self.dual:  # dy's tiles and dy^T's in one pass (the cast fused with the transpose)
             mark("quantize")
             d, dt = self.dy_codes, self.dyt_codes
             quantize_fine.quantize_tile_dual(dy, d.codes, d.scale, dt.codes, dt.scale, fmt=d.fmt, mode=d.mode)
@@ -446,7 +459,8 @@ class KernelModel:
         self.loss_fn = cross_entropy.CrossEntropyLoss(M, V)
         self.dlt = _empty((V, M))
         self.dzf, self.dx, self.gy = _empty((M, D)), _empty((M, D)), _empty((M, D))
-        self.dh, self.du = _empty((M, F)), _empty((M, 2 * F))
+        self.dh = _empty((M, F))
+        self.du = None if self.lin1[0].dual else _empty((M, 2 * F))  # dual: SwiGLU's backward writes du's tiles
         self.scratch = embedding.Scratch(V, M * cfg.context, cfg.embed)
         d = model.outlier_scales(cfg)
         if d is not None:  # W1's GEMMs run on z * d and W1 / d (fp8lab.training.model)
@@ -524,8 +538,12 @@ class KernelModel:
         for i in reversed(range(L)):
             self.lin2[i].backward(self.dx, self.dh, g[f"w2_{i}"])
             mark("SwiGLU backward")
-            swiglu.launch_backward(self.u[i], self.dh, self.du)
-            self.lin1[i].backward(self.du, self.dzf, g[f"w1_{i}"])  # dzf reused as the normed input's gradient
+            if self.du is None:  # du's tiles for Dgrad and du^T's for Wgrad from u and dh: du is never written
+                swiglu.launch_backward_quantize_dual(self.u[i], self.dh, *self.lin1[i].codes_for_grad())
+                self.lin1[i].backward(None, self.dzf, g[f"w1_{i}"], quantized=True)
+            else:
+                swiglu.launch_backward(self.u[i], self.dh, self.du)
+                self.lin1[i].backward(self.du, self.dzf, g[f"w1_{i}"])  # dzf reused as the normed input's gradient
             if self.d is not None:  # the gradients of z and W1 from those of z * d and W1 / d
                 mark("outlier scaling")
                 elementwise.scale_cols(self.dzf, self.d, self.dzf)
