@@ -150,3 +150,19 @@ def test_registers_and_occupancy_on_gpu(rng):
                                               f"{recorded[key]} with the recorded {G.PTXAS_REGS_SM90[v]}"
         # ... and the count itself may drift with the ptxas release only by a few registers
         assert abs(regs - G.PTXAS_REGS_SM90[v]) <= 8, f"v{v}: {regs} registers, recorded {G.PTXAS_REGS_SM90[v]}"
+
+
+@pytest.mark.parametrize("K, M, N", [(70, 67, 33), (33, 5, 40), (1, 3, 2)]
+                         + [pytest.param(16387, 65, 515, marks=pytest.mark.gpu),
+                            pytest.param(65536, 65, 2048, marks=pytest.mark.gpu)])
+def test_atb_splits_k_and_adds_the_splits(rng, K, M, N):
+    """c = a^T b for tall a, b (the output head's weight gradient), K split over blocks (2 splits under the
+    simulator where K allows, more on a GPU), c and the partial sums poisoned: within the FP32 bound."""
+    assert G.check_atb(K, M, N, rng) <= 1
+    assert G.atb_splits(K, M, N) == min(2 if runtime.IS_SIM else G.atb_splits(K, M, N), -(-K // G.ATB_K))
+
+
+def test_atb_refuses_a_partial_buffer_too_small(rng):
+    a, b = cuda.to_device(np.ones((70, 4), np.float32)), cuda.to_device(np.ones((70, 3), np.float32))
+    with pytest.raises(ValueError, match=r"^partial must have shape \(>= 2, 4, 3\)"):
+        G.atb_launch(a, b, cuda.device_array((4, 3), np.float32), cuda.device_array((1, 4, 3), np.float32))

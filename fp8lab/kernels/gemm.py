@@ -49,8 +49,8 @@ from . import common as C
 from .common import load4, sgemm_fma_step, sgemm_store, vec_ok
 from .versions import Version
 
-__all__ = ["VERSIONS", "BEST", "LAUNCH", "gemm", "launch", "reference", "error_bound", "occupancy",
-           "PTXAS_REGS_SM90", "checks", "timings", "main"]
+__all__ = ["VERSIONS", "BEST", "LAUNCH", "gemm", "launch", "atb_launch", "atb_splits", "reference", "error_bound",
+           "occupancy", "PTXAS_REGS_SM90", "checks", "timings", "main"]
 
 # ------------------------------------------------------------------------------------------------------------------
 # Tile sizes. Shared- and local-array shapes must be compile-time constants: every size a kernel uses is a
@@ -443,6 +443,88 @@ def gemm(a, b, version: int | None = None, out=None):
     return c if on_device else c.copy_to_host()
 
 
+# ------------------------------------------------------------------------------------------------------------------
+# c = a^T b for tall a (K, M) and b (K, N), K >> M, N: the output head's weight gradient (dlogits^T z over the
+# tokens). One block per 64 x 32 tile of c has few tiles to share (65 x 512: 2 x 16), so K is split over gridDim.z
+# too, each split's sum written to partial[s], then the splits added in order: deterministic, no atomics.
+# ------------------------------------------------------------------------------------------------------------------
+
+ATB_N = 32  # columns of c per block (threadIdx.x)
+ATB_ROWS = runtime.per_backend({"sim": 2, "gpu": 8})  # threadIdx.y; each thread ATB_M / ATB_ROWS rows of c
+ATB_M = 64  # rows of c per block
+ATB_PER = ATB_M // ATB_ROWS  # accumulators per thread
+ATB_K = 32  # rows of a and b staged in shared memory per step
+ATB_BLOCKS = 264  # blocks to aim for (2 per SM of an H200): what sets the number of splits
+
+
+@cuda.jit
+def atb_kernel(a, b, partial):
+    """partial[s, i, j] = sum of a[k, i] * b[k, j] over split s's rows k, in k order (FP32)."""
+    sa = cuda.shared.array((ATB_K, ATB_M), np.float32)
+    sb = cuda.shared.array((ATB_K, ATB_N), np.float32)
+    acc = cuda.local.array(ATB_PER, np.float32)
+    K, M = a.shape
+    N = b.shape[1]
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    t, nt = ty * ATB_N + tx, ATB_N * cuda.blockDim.y
+    i0, j0 = cuda.blockIdx.y * ATB_M, cuda.blockIdx.x * ATB_N
+    per = (K + cuda.gridDim.z - 1) // cuda.gridDim.z
+    lo = cuda.blockIdx.z * per
+    hi = min(K, lo + per)
+    for r in range(ATB_PER):
+        acc[r] = np.float32(0)
+    for k0 in range(lo, hi, ATB_K):
+        for e in range(t, ATB_K * ATB_M, nt):  # zeros past the edges add nothing
+            kk, ii = e // ATB_M, e % ATB_M
+            sa[kk, ii] = a[k0 + kk, i0 + ii] if k0 + kk < hi and i0 + ii < M else np.float32(0)
+        for e in range(t, ATB_K * ATB_N, nt):
+            kk, jj = e // ATB_N, e % ATB_N
+            sb[kk, jj] = b[k0 + kk, j0 + jj] if k0 + kk < hi and j0 + jj < N else np.float32(0)
+        cuda.syncthreads()
+        for kk in range(ATB_K):
+            bv = sb[kk, tx]
+            for r in range(ATB_PER):
+                acc[r] += sa[kk, ty + r * ATB_ROWS] * bv
+        cuda.syncthreads()
+    for r in range(ATB_PER):
+        i = i0 + ty + r * ATB_ROWS
+        if i < M and j0 + tx < N:
+            partial[cuda.blockIdx.z, i, j0 + tx] = acc[r]
+
+
+@cuda.jit
+def atb_reduce_kernel(partial, c):
+    """c[i, j] = the splits' sums added in order, from the first."""
+    M, N = c.shape
+    e = cuda.grid(1)
+    while e < M * N:
+        i, j = e // N, e % N
+        v = partial[0, i, j]
+        for s in range(1, partial.shape[0]):
+            v += partial[s, i, j]
+        c[i, j] = v
+        e += cuda.gridsize(1)
+
+
+def atb_splits(K: int, M: int, N: int) -> int:
+    """How many splits of K atb_launch makes for c (M, N): enough blocks for the GPU, at least ATB_K rows each (2
+    under the simulator, where K allows)."""
+    tiles = math.ceil(M / ATB_M) * math.ceil(N / ATB_N)
+    wanted = 2 if runtime.IS_SIM else math.ceil(ATB_BLOCKS / tiles)
+    return max(1, min(wanted, math.ceil(K / ATB_K)))
+
+
+def atb_launch(a, b, c, partial) -> None:
+    """c (M, N) = a^T b for float32 device arrays a (K, M), b (K, N); partial: a float32 device array of at least
+    (atb_splits(K, M, N), M, N), made once by the caller (a captured CUDA graph cannot allocate)."""
+    (K, M), N = a.shape, b.shape[1]
+    S = atb_splits(K, M, N)
+    if partial.shape[0] < S or partial.shape[1:] != (M, N):
+        raise ValueError(f"partial must have shape (>= {S}, {M}, {N}), got {partial.shape}")
+    atb_kernel[(math.ceil(N / ATB_N), math.ceil(M / ATB_M), S), (ATB_N, ATB_ROWS)](a, b, partial[:S])
+    atb_reduce_kernel[runtime.grid_1d(M * N, runtime.block_threads(256), runtime.MAX_BLOCKS)](partial[:S], c)
+
+
 def reference(a, b):
     """The spec: a @ b in float64 (NumPy)."""
     return np.asarray(a, np.float64) @ np.asarray(b, np.float64)
@@ -493,13 +575,39 @@ OPTIONS = {"--plot": dict(metavar="PATH", help="also save a bar chart of the lad
 BENCH_SIZE = 4096
 
 
+def check_atb(K: int, M: int, N: int, rng=None) -> float:
+    """atb_launch once on fresh random a (K, M), b (K, N), c poisoned with NaN, against reference(a.T, b) within
+    error_bound (NaN fails); returns the largest error relative to the bound."""
+    rng = np.random.default_rng() if rng is None else rng
+    a = rng.standard_normal((K, M), dtype=np.float32)
+    b = rng.standard_normal((K, N), dtype=np.float32)
+    c = bench.poisoned((M, N), np.float32)
+    partial = bench.poisoned((atb_splits(K, M, N), M, N), np.float32)
+    atb_launch(cuda.to_device(a), cuda.to_device(b), c, partial)
+    got = c.copy_to_host()
+    err, bound = np.abs(got - reference(a.T, b)), error_bound(a.T, b)
+    if np.isnan(got).any() or not (err <= bound).all():
+        raise AssertionError(f"atb {K}x{M}x{N}: {int((~(err <= bound)).sum())} of {got.size} outputs beyond the error "
+                             "bound (NaN counts)")
+    return float((err / bound).max())
+
+
+ATB_CHECK = {"sim": (70, 67, 33), "gpu": (16387, 65, 515)}
+"""(K, M, N) of atb's check: the capstone's head (65 characters) with odd sizes, K split several times."""
+
+
 def checks(rng, only=None) -> list:
-    """only: the versions to check (bench.selected); None: all."""
+    """only: the versions to check (bench.selected); None: all (and atb_launch)."""
     out = []
     for v in (v for v in VERSIONS if bench.selected(only, v)):
         M, N, K = check_shape(v)
         worst = check(v, M, N, K, rng)
         out.append((f"v{v} {M}x{N}x{K}", f"within the FP32 bound ({worst:.1e} of it)"))
+    if only is None:
+        K, M, N = ATB_CHECK["sim" if runtime.IS_SIM else "gpu"]
+        worst = check_atb(K, M, N, rng)
+        out.append((f"atb: a^T b, a ({K}, {M}), b ({K}, {N}), K in {atb_splits(K, M, N)} splits",
+                    f"within the FP32 bound ({worst:.1e} of it)"))
     return out
 
 

@@ -19,7 +19,8 @@ Which kernel runs where (the Linear GEMMs' precisions are the recipe's, fp8lab.n
                    the GEMM, no separate pass or buffer); after kernels.gemm (float32 recipes, bf16 off the tensor
                    cores) still elementwise.add. Backward: in the RMSNorm backward (norm_quant.backward residual=:
                    dx += the gradient through the norm, in place)
-  head             kernels.gemm in float32;  loss: kernels.cross_entropy
+  head             kernels.gemm in float32 (its weight gradient gemm.atb_launch: few outputs, a long sum over
+                   the batch, so the sum is split over blocks too); loss: kernels.cross_entropy
   optimizer        optim.AdamW on the flat float32 master weights (the recipe's moments)
 """
 
@@ -457,7 +458,7 @@ class KernelModel:
         self.head_t = _empty((D, V))
         self.logits = _empty((M, V))
         self.loss_fn = cross_entropy.CrossEntropyLoss(M, V)
-        self.dlt = _empty((V, M))
+        self.head_partial = _empty((gemm.atb_splits(M, V, D), V, D))  # dHead's sums over splits of the batch
         self.dzf, self.dx, self.gy = _empty((M, D)), _empty((M, D)), _empty((M, D))
         self.dh = _empty((M, F))
         self.du = None if self.lin1[0].dual else _empty((M, 2 * F))  # dual: SwiGLU's backward writes du's tiles
@@ -529,8 +530,7 @@ class KernelModel:
         L, gv = cfg.blocks, gemm_version()
         dlogits = self.loss_fn.dlogits
         mark("output head (float32)")
-        elementwise.transpose(dlogits, self.dlt)
-        gemm.launch(self.dlt, self.zf, g["head"], gv)           # dHead = dlogits^T zf
+        gemm.atb_launch(dlogits, self.zf, g["head"], self.head_partial)  # dHead = dlogits^T zf, split over the batch
         gemm.launch(dlogits, p["head"], self.dzf, gv)           # dzf = dlogits Head
         mark("RMSNorm backward")
         rmsnorm.backward(self.dzf, self.x[L], p["gf"], self.rstd[L], self.dx, self.gy)
