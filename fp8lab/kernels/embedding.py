@@ -186,6 +186,23 @@ def place_kernel(ids, tile_counts, offsets, order):
         order[offsets[v] + tile_counts[cuda.blockIdx.x, v] + rank] = m
 
 
+@cuda.jit(device=True)
+def _sum_in_order(dout, order, k, end, d, buf):
+    """The float32 sum, from 0, of dout[order[k], d] ... dout[order[end - 1], d] in that order (buf: UNROLL floats
+    of local memory)."""
+    acc = np.float32(0)
+    while k + UNROLL <= end:
+        for u in range(UNROLL):  # UNROLL independent loads in flight together...
+            buf[u] = dout[order[k + u], d]
+        for u in range(UNROLL):  # ...then the adds, strictly in token order
+            acc += buf[u]
+        k += UNROLL
+    while k < end:
+        acc += dout[order[k], d]
+        k += 1
+    return acc
+
+
 @cuda.jit
 def row_sum_kernel(dout, order, offsets, dtable):
     """dtable[v, d] = the sum of dout[m, d] over v's tokens m in token order, from 0, in float32: one block per
@@ -199,19 +216,7 @@ def row_sum_kernel(dout, order, offsets, dtable):
         v = w // chunks
         d = (w % chunks) * cuda.blockDim.x + cuda.threadIdx.x
         if d < D:
-            acc = np.float32(0)
-            k = int(offsets[v])
-            end = int(offsets[v + 1])
-            while k + UNROLL <= end:
-                for u in range(UNROLL):  # UNROLL independent loads in flight together...
-                    buf[u] = dout[order[k + u], d]
-                for u in range(UNROLL):  # ...then the adds, strictly in token order
-                    acc += buf[u]
-                k += UNROLL
-            while k < end:
-                acc += dout[order[k], d]
-                k += 1
-            dtable[v, d] = acc
+            dtable[v, d] = _sum_in_order(dout, order, int(offsets[v]), int(offsets[v + 1]), d, buf)
         w += cuda.gridDim.x
 
 
@@ -263,18 +268,7 @@ def segment_sum_kernel(dout, order, offsets, seg_base, partials):
         d = (w % chunks) * cuda.blockDim.x + cuda.threadIdx.x
         if d < D:
             k = int(offsets[lo]) + (s - int(seg_base[lo])) * SEGMENT
-            end = min(k + SEGMENT, int(offsets[lo + 1]))
-            acc = np.float32(0)
-            while k + UNROLL <= end:
-                for u in range(UNROLL):
-                    buf[u] = dout[order[k + u], d]
-                for u in range(UNROLL):
-                    acc += buf[u]
-                k += UNROLL
-            while k < end:
-                acc += dout[order[k], d]
-                k += 1
-            partials[s, d] = acc
+            partials[s, d] = _sum_in_order(dout, order, k, min(k + SEGMENT, int(offsets[lo + 1])), d, buf)
         w += cuda.gridDim.x
 
 
