@@ -6,9 +6,13 @@
 - recipes and peers: the step time (median wall time of a step, after the first steps, which compile kernels) of
   the course's fp32, bf16 (tensor cores) and fp8-deepseek on the kernel engine (each step one CUDA graph; and
   fp8-deepseek once more with every kernel launched from Python), and of the same model in PyTorch:
-  BF16 autocast eager, the same under torch.compile, torchao's float8 training (rowwise and tensorwise scales) and
-  Transformer Engine's block scaling (1 x 128 / 128 x 128, DeepSeek-V3's), each where it installs (a row says why
-  when it does not); with the validation loss, so that speed is never read apart from parity.
+  BF16 autocast eager, the same under torch.compile, torchao's float8 training (rowwise and tensorwise scales, under
+  torch.compile, as torchao runs it) and Transformer Engine's block scaling (1 x 128 / 128 x 128, DeepSeek-V3's),
+  each where it installs (a row says why when it does not); with the validation loss, so that speed is never read
+  apart from parity.
+- GPU milliseconds by op of the course's runs: launched from Python (the profiled eager steps) and, once the step
+  is a CUDA graph, its forward and backward replayed as one graph (History.graph_breakdown): what each op costs
+  without launch gaps.
 - the crossover: step time against the model's width at a fixed number of windows a step, bf16 against
   fp8-deepseek, the course's and the peers': at a fixed batch the GEMMs' work grows as width^2, the quantization's
   as width, and the launches' overhead not at all, so FP8 pays only past some width (torchao's float8 docs and
@@ -28,11 +32,14 @@ from ..device import runtime
 from . import engine_torch, loop
 from . import model as lm
 
+COMPILED_FLOAT8 = ("rowwise", "tensorwise")
 RECIPES = ("fp32", "bf16", "fp8-deepseek")
 """The course's recipes timed: the float32 baseline, BF16 on the tensor cores, DeepSeek-V3's FP8."""
 PEERS = (("PyTorch BF16 autocast, eager", {}), ("PyTorch BF16 autocast, torch.compile", {"compile": True}),
-         *((engine_torch.FLOAT8[k], {"float8": k}) for k in engine_torch.FLOAT8))
-"""(label, engine_torch.train options) of every peer, in table order."""
+         *((engine_torch.FLOAT8[k] + (", torch.compile" if k in COMPILED_FLOAT8 else ""),
+            {"float8": k, "compile": k in COMPILED_FLOAT8}) for k in engine_torch.FLOAT8))
+"""(label, engine_torch.train options) of every peer, in table order: torchao's float8 training under torch.compile
+(its casts are fused by the compiler: torchao's float8 README measures it so), Transformer Engine's as it comes."""
 WIDTHS = (512, 1024, 2048, 4096)
 SWIGLU_RATIO = 5632 / 2048  # the large preset's hidden / width (TinyLlama's 5632 at width 2048: 8/3 rounded up to 256s)
 
