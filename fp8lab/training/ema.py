@@ -34,7 +34,7 @@ class CpuEma:
     not depend on the split."""
 
     CHUNK = 1 << 20
-    THREADS = 8
+    THREADS = 16  # at most; memory-bound, so more threads help until the host's memory bandwidth is used up
 
     def __init__(self, initial: np.ndarray, decay: float, buffers=None):
         import queue
