@@ -38,6 +38,7 @@ from .common import round_bf16, warp_max, warp_sum
 from .versions import Version
 
 MAX_D = 128  # the widest head: version 2's shared tiles are sized for it
+MAX_D_PAD = MAX_D + 1  # a key tile's padded row (shared-array shapes must be constants, not arithmetic in a kernel)
 KEYS = WARP_SIZE  # version 2: keys per tile, a lane each
 QUERIES = runtime.block_threads(256) // WARP_SIZE  # version 2: queries per block, a warp each (one simulated)
 PER_LANE = MAX_D // WARP_SIZE  # version 2: accumulator columns a lane owns (d = lane + 32 t)
@@ -132,7 +133,7 @@ def flash_kernel(q, k, v, o, lse, scale, causal):
     """Warp w of block (x, bh) takes query i = x * warps + w. For each tile of KEYS keys (up to the block's last
     query when causal): lane j scores key j0 + j, the warp's max and sum of exp by shuffles, the running (m, l, acc)
     rescaled by exp(m - m_new), and acc[d] += sum_j p_j v[j, d] with the tile's p in shared memory."""
-    kt = cuda.shared.array((KEYS, MAX_D + 1), np.float32)  # padded: lane j reads row j without bank conflicts
+    kt = cuda.shared.array((KEYS, MAX_D_PAD), np.float32)  # padded: lane j reads row j without bank conflicts
     vt = cuda.shared.array((KEYS, MAX_D), np.float32)
     qs = cuda.shared.array((QUERIES, MAX_D), np.float32)
     ps = cuda.shared.array((QUERIES, KEYS), np.float32)
