@@ -162,6 +162,9 @@ def test_bias_add_and_colsum(rng, shape):
         elementwise.colsum(cuda.to_device(y), s, warps)
         assert_close(f"colsum (warps={warps})", s.copy_to_host(), y.astype(np.float64).sum(0),
                      atol=1e-5 * shape[0], rtol=1e-5)
+    for bad in (0, elementwise.COLSUM_WARPS + 1, 2.0):  # more warps than its shared partial sums hold: refused
+        with pytest.raises(ValueError, match=r"^warps must be None or an int in 1\.\.32"):
+            elementwise.colsum(cuda.to_device(y), s, bad)
 
 
 @pytest.mark.parametrize("version", sorted(elementwise.VERSIONS))

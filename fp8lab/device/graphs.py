@@ -69,7 +69,12 @@ def record_event(event, stream=None) -> None:
         return
     from cuda.bindings import driver
 
-    _check(driver.cuEventRecordWithFlags(driver.CUevent(int(event.handle)), driver.CUstream(int(stream.handle)),
+    handle = driver.CUstream(int(stream.handle))
+    status = _check(driver.cuStreamIsCapturing(handle), "cuStreamIsCapturing")
+    if status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:  # the flag is invalid outside a capture
+        event.record(stream)
+        return
+    _check(driver.cuEventRecordWithFlags(driver.CUevent(int(event.handle)), handle,
                                          driver.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL),
            "cuEventRecordWithFlags (an event node in a captured graph)")
 

@@ -150,6 +150,10 @@ def colsum(a, out, warps: int | None = None) -> None:
     warps: 1 to COLSUM_WARPS per block (None: COLSUM_WARPS on a GPU, one under the simulator)."""
     if warps is None:
         warps = runtime.block_threads(COLSUM_WARPS * TILE) // TILE
+    elif (isinstance(warps, (bool, np.bool_)) or not isinstance(warps, (int, np.integer))
+          or not 1 <= warps <= COLSUM_WARPS):
+        raise ValueError(f"warps must be None or an int in 1..{COLSUM_WARPS} (the kernel's shared partial sums hold "
+                         f"that many), got {warps!r}")
     colsum_kernel[(a.shape[1] + TILE - 1) // TILE, (TILE, warps)](a, out)
 
 

@@ -17,7 +17,9 @@ backward: du = [da | db] (M, 2F) from u and dh (M, F): da = dh * b * s * (1 + a 
           in the backward pass (arXiv 2412.19437, section 3.3.3).
 backward_quantize_dual: du's 1x128 tiles (W1's Dgrad) and du^T's (W1's Wgrad) straight from u and dh, du never
           written in float32 (common.make_dual_tile_kernel on du computed as it is read): bit for bit the tiles of
-          backward's du and of its transpose, 12 + 2 bytes per element of dh instead of 12 + 8 + 8 + 2.
+          backward's du and of its transpose. A block makes one 128 x 128 tile of du, so da's tiles and db's tiles
+          each read a, b and dh (and compute both, keeping one): 12 bytes read and 2 written per element of du,
+          against 6 + 4 (backward) + 4 + 2 (the dual pass) unfused; the pairs' second read may come from L2.
 
 Numerics. sigmoid comes from t = exp(-|a|) <= 1, which cannot overflow for any a (a float32 exp(-a) overflows below
 a = -88.7): with r = 1 / (1 + t), s = r for a >= 0 and t * r below (1 - s is the other one). s and h = a * s * b are
@@ -530,7 +532,7 @@ def timings(rng, args) -> list:
         ("forward", "forward: float32 h", lambda: forward(du_, h), 8 * n + 4 * n),
         ("backward", "backward: du from u and dh", lambda: backward(du_, ddh, ddu), 8 * n + 4 * n + 8 * n),
         ("backward", "backward_quantize_dual: du's and du^T's 1x128 tiles from u and dh",
-         lambda: launch_backward_quantize_dual(du_, ddh, *dual_out), 8 * n + 4 * n + 4 * n + dual_scales),
+         lambda: launch_backward_quantize_dual(du_, ddh, *dual_out), 2 * (8 * n + 4 * n) + 4 * n + dual_scales),
     ]
     rows = [bench.time_row(label, fn, nbytes, launch=True) for what, label, fn, nbytes in timed
             if bench.selected(only, what)]

@@ -159,7 +159,7 @@ def graph_breakdown(net, replays: int) -> dict | None:
     captured as one CUDA graph with events between its ops and replayed `replays` times: what each op costs
     without launches from Python between them (net.prof's eager steps include those gaps). The replays only
     recompute the gradients (no update, no copy of a batch, the loss not read: those ops are not in it). None under
-    the simulator, or where the graph cannot be captured or timed."""
+    the simulator, or (with a RuntimeWarning) where the graph cannot be captured or timed."""
     if not StepProfile.timed():
         return None
     from ..device import graphs
@@ -181,7 +181,11 @@ def graph_breakdown(net, replays: int) -> dict | None:
             g.replay()
             prof.collect()
         return prof.ms_per_step()
-    except RuntimeError:
+    except Exception as e:  # a diagnostic: whatever CUDA or numba raised (CudaAPIError is no RuntimeError) must not
+        import warnings    # end the training run
+
+        warnings.warn(f"the graph's per-op profile failed ({type(e).__name__}: {e}); History.graph_breakdown is None",
+                      RuntimeWarning, stacklevel=2)
         return None
     finally:
         net.prof = eager
