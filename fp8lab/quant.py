@@ -38,7 +38,8 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
 
     granularity: "tensor" (any shape but 0-d, one scale), or for a 2-D x (M, K): "row" (1 x K groups), "tile"
     (1 x block along K: DeepSeek-V3 activations), "block" (block x block: DeepSeek-V3 weights), "mx" (1 x 32,
-    E8M0 power-of-two scales, OCP MX). Groups at the right/bottom edge are partial when K (M) is not a multiple
+    E8M0 power-of-two scales, OCP MX). "block" also takes a 3-D x (E, N, K), one weight per routed expert: each
+    x[e] gets its own blocks, scale (E, ceil(N/block), ceil(K/block)) (the operand fl.fp8_grouped_gemm takes). Groups at the right/bottom edge are partial when K (M) is not a multiple
     of the group size: their amax is over the elements that exist. block: a positive int up to MAX_GROUP
     (1024) for "tile" and "block"; ignored, and not checked, for "tensor", "row" and "mx". fmt: "e4m3" or
     "e5m2" in any spelling formats.get_format takes ("E4M3", "float8_e4m3fn", fl.E4M3).
@@ -112,9 +113,11 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
 
 
 def _quantize_fine(arr, on_device, fmt, granularity, block, mode, mx_rule) -> QuantizedTensor:
+    if arr.ndim == 3 and granularity == "block":  # (E, N, K): each expert's own blocks
+        return _quantize_experts(arr, on_device, fmt, block, mode)
     if arr.ndim != 2:
-        raise ValueError(f"granularity must be one of ('tensor',) for x that is not 2-D: {granularity!r} needs "
-                         f"x of shape (M, K), got {V.describe(arr)}")
+        raise ValueError(f"granularity must be one of ('tensor',) for x that is not 2-D (or 'block' for a 3-D x, one "
+                         f"matrix per expert): {granularity!r} needs x of shape (M, K), got {V.describe(arr)}")
     if on_device and not arr.is_c_contiguous():
         raise ValueError(f"x must be C-contiguous when it is a device array, got {V.describe(arr)}")
     dx = runtime.to_device(arr)
@@ -136,6 +139,22 @@ def _quantize_fine(arr, on_device, fmt, granularity, block, mode, mx_rule) -> Qu
         return QuantizedTensor(codes, scale, fmt, granularity, block, scale_codes)
     return _count_nonfinite(QuantizedTensor(codes.copy_to_host(), scale.copy_to_host(), fmt, granularity, block,
                                             None if scale_codes is None else scale_codes.copy_to_host()))
+
+
+def _quantize_experts(arr, on_device, fmt, block, mode) -> QuantizedTensor:
+    """x (E, N, K): block x block groups within each x[e] (a routed expert's weight), scale (E, ceil(N / block),
+    ceil(K / block)); the same codes and scales as quantizing each x[e] on its own."""
+    if on_device and not arr.is_c_contiguous():
+        raise ValueError(f"x must be C-contiguous when it is a device array, got {V.describe(arr)}")
+    dx = runtime.to_device(arr)
+    E = arr.shape[0]
+    codes = runtime.cuda.device_array(arr.shape, np.uint8)
+    scale = runtime.cuda.device_array((E,) + spec.scale_shape("block", arr.shape[1:], block), np.float32)
+    for e in range(E):
+        qf.quantize_block(dx[e], codes[e], scale[e], fmt=fmt, block=block, mode=mode)
+    if on_device:
+        return QuantizedTensor(codes, scale, fmt, "block", block)
+    return _count_nonfinite(QuantizedTensor(codes.copy_to_host(), scale.copy_to_host(), fmt, "block", block))
 
 
 def _count_nonfinite(q: QuantizedTensor) -> QuantizedTensor:
@@ -169,6 +188,12 @@ def dequantize(q: QuantizedTensor):
     if granularity == "tensor":
         scale = V.array("q.scale", q.scale, dtype=np.float32, shape=(1,))
         qk.dequantize(runtime.to_device(codes), runtime.to_device(scale), out, fmt)
+    elif codes.ndim == 3 and granularity == "block":  # one matrix per expert, each with its own blocks
+        scale = V.array("q.scale", q.scale, dtype=np.float32,
+                        shape=(codes.shape[0],) + spec.scale_shape("block", codes.shape[1:], block))
+        dcodes, dscale = runtime.to_device(codes), runtime.to_device(scale)
+        for e in range(codes.shape[0]):
+            qf.dequantize(dcodes[e], dscale[e], block, block, out[e], fmt=fmt)
     else:
         codes = V.array("q.data", codes, dtype=np.uint8, ndim=2)
         scale = V.array("q.scale", q.scale, dtype=np.float32,
