@@ -11,6 +11,8 @@ Sections:
 - the register-tiled SGEMM core: its geometry (`TILE_M`, `TILE_N`, `TILE_K`, `THREAD_M`, `THREAD_N`, ...),
   `sgemm_fma_step` and `sgemm_store`, shared by gemm version 7 and fp8_gemm version 3 (`sgemm_store_add`: its
   epilogue with a residual, c = r + acc);
+- a stable counting sort of small integer keys: `tile_count_kernel`, `tile_scan_kernel`, `offsets_scan_kernel`,
+  `place_kernel` (the embedding's backward, routed experts' permutation), with `block_exclusive_scan`;
 - the scale of a group: `amax_scale` (amax / FP8_MAX) and `make_group_scale(fmt, mode)` (every scale mode of
   spec.group_scale), and `make_dual_tile_kernel` (x and x.T in 1 x 128 tiles from one read: quantize_fine's dual
   quantize, swiglu's backward fused with it);
@@ -518,6 +520,106 @@ def make_dual_tile_kernel(fmt: str, mode: str, value):
                     scale_t[c0 + c, cuda.blockIdx.y] = sc
 
     return dual_kernel
+
+# ----------------------------------------------------------------------------------------------------------------
+# A stable counting sort of small non-negative integer keys on the device (token ids for the embedding's backward,
+# expert ids for routed experts' permutation): count the keys per (tile of SORT_TILE keys, key) with integer atomics
+# (exact in any order), scan the counts over tiles and then over keys, and place each key's index at its key's start
+# + its key's count in earlier tiles + its rank among the earlier keys of its tile: keys in order, and equal keys in
+# index order, the same on every run. Launch, with tile_counts zeroed: tile_count_kernel[tiles, SORT_TILE],
+# tile_scan_kernel over the keys, offsets_scan_kernel[1, SORT_SCAN_THREADS], place_kernel[tiles, SORT_TILE].
+# ----------------------------------------------------------------------------------------------------------------
+
+__all__ += ["SORT_TILE", "SORT_SCAN_THREADS", "tile_count_kernel", "tile_scan_kernel", "block_exclusive_scan",
+            "offsets_scan_kernel", "place_kernel"]
+SORT_TILE = runtime.block_threads(512)  # keys per counting tile (one thread each)
+SORT_SCAN_THREADS = runtime.block_threads(1024)  # the one block that scans the per-key counts
+
+
+@cuda.jit
+def tile_count_kernel(ids, tile_counts):
+    """tile_counts[t, v] += 1 for every key of tile t (SORT_TILE keys, one per thread) equal to v."""
+    m = cuda.blockIdx.x * SORT_TILE + cuda.threadIdx.x
+    if m < ids.size:
+        v = ids[m]
+        if 0 <= v < tile_counts.shape[1]:
+            cuda.atomic.add(tile_counts, (cuda.blockIdx.x, v), 1)  # integer atomics: exact in any order
+
+
+@cuda.jit
+def tile_scan_kernel(tile_counts, offsets):
+    """Per id v (one thread each, coalesced across v): tile_counts[:, v] becomes its exclusive scan over tiles (the
+    tokens of v in earlier tiles), and offsets[v + 1] the total count of v."""
+    v = cuda.grid(1)
+    if v < tile_counts.shape[1]:
+        run = 0
+        for t in range(tile_counts.shape[0]):
+            c = tile_counts[t, v]
+            tile_counts[t, v] = run
+            run += c
+        offsets[v + 1] = run
+
+
+@cuda.jit(device=True)
+def block_exclusive_scan(x, buf):
+    """Exclusive prefix sum of x over the block (Hillis-Steele in shared memory; buf holds blockDim.x ints)."""
+    tid = cuda.threadIdx.x
+    buf[tid] = x
+    cuda.syncthreads()
+    step = 1
+    while step < cuda.blockDim.x:
+        t = buf[tid - step] if tid >= step else 0
+        cuda.syncthreads()  # every read of this step before any write
+        buf[tid] += t
+        cuda.syncthreads()
+        step *= 2
+    out = buf[tid] - x
+    cuda.syncthreads()  # buf may be reused right after
+    return out
+
+
+@cuda.jit
+def offsets_scan_kernel(offsets):
+    """One block: offsets[1:] holds the count of each id; it becomes offsets[v] = the first slot of id v in the
+    sorted order, offsets[V] = the number of placed tokens. Each thread scans a contiguous segment of ids."""
+    buf = cuda.shared.array(SORT_SCAN_THREADS, np.int32)
+    vocab = offsets.size - 1
+    tid = cuda.threadIdx.x
+    seg = (vocab + cuda.blockDim.x - 1) // cuda.blockDim.x
+    lo = min(tid * seg, vocab)
+    hi = min(lo + seg, vocab)
+    s = 0
+    for v in range(lo, hi):
+        s += offsets[v + 1]
+    run = block_exclusive_scan(s, buf)  # its syncthreads order these reads before the writes below
+    for v in range(lo, hi):
+        run += offsets[v + 1]
+        offsets[v + 1] = run
+    if tid == 0:
+        offsets[0] = 0
+
+
+@cuda.jit
+def place_kernel(ids, tile_counts, offsets, order):
+    """order[slot] = m, with slot = the start of id v + v's tokens in earlier tiles + its rank among the earlier
+    tokens of this tile with id v: a stable counting sort (equal ids keep token order)."""
+    tile_ids = cuda.shared.array(SORT_TILE, np.int32)
+    tid = cuda.threadIdx.x
+    m = cuda.blockIdx.x * SORT_TILE + tid
+    v = -1
+    if m < ids.size:
+        v = ids[m]
+        if not (0 <= v < tile_counts.shape[1]):
+            v = -1  # skipped, and never equal to a real id below
+    tile_ids[tid] = v
+    cuda.syncthreads()
+    if v >= 0:
+        rank = 0
+        for j in range(tid):  # every thread reads the same address: a broadcast, no bank conflict
+            if tile_ids[j] == v:
+                rank += 1
+        order[offsets[v] + tile_counts[cuda.blockIdx.x, v] + rank] = m
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # bfloat16 (1 sign, 8 exponent, 7 mantissa bits: the top half of a float32), for the bf16 recipe's GEMM inputs and

@@ -36,12 +36,14 @@ from .. import _validate, bench
 from ..device import runtime
 from ..bench import timing
 from ..device.runtime import MAX_BLOCKS, cuda
+from .common import (SORT_SCAN_THREADS, SORT_TILE, block_exclusive_scan, offsets_scan_kernel, place_kernel,
+                     tile_count_kernel, tile_scan_kernel)
 from .versions import Version
 
 THREADS = runtime.block_threads(256)  # row kernels (gather, zero, atomics): threads along D
 SUM_THREADS = runtime.block_threads(128)  # version 2's sums: columns of one chunk
-TILE_TOKENS = runtime.block_threads(512)  # version 2: tokens per counting tile (one thread each)
-SCAN_THREADS = runtime.block_threads(1024)  # version 2: the one block that scans the row counts
+TILE_TOKENS = SORT_TILE  # versions 2 and 3: tokens per counting tile (common's stable counting sort)
+SCAN_THREADS = SORT_SCAN_THREADS  # the one block that scans the row counts
 UNROLL = 8  # version 2's sums: loads in flight per thread before their in-order adds
 SEGMENT = runtime.block_threads(256)  # version 3: tokens summed by one block (32 under the simulator: small tests
 # still cut rows into several segments)
@@ -101,91 +103,6 @@ def scatter_add_atomic_kernel(dout, ids, dtable):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@cuda.jit
-def tile_count_kernel(ids, tile_counts):
-    """tile_counts[t, v] += 1 for every token of tile t (TILE_TOKENS tokens, one per thread) with id v."""
-    m = cuda.blockIdx.x * TILE_TOKENS + cuda.threadIdx.x
-    if m < ids.size:
-        v = ids[m]
-        if 0 <= v < tile_counts.shape[1]:
-            cuda.atomic.add(tile_counts, (cuda.blockIdx.x, v), 1)  # integer atomics: exact in any order
-
-
-@cuda.jit
-def tile_scan_kernel(tile_counts, offsets):
-    """Per id v (one thread each, coalesced across v): tile_counts[:, v] becomes its exclusive scan over tiles (the
-    tokens of v in earlier tiles), and offsets[v + 1] the total count of v."""
-    v = cuda.grid(1)
-    if v < tile_counts.shape[1]:
-        run = 0
-        for t in range(tile_counts.shape[0]):
-            c = tile_counts[t, v]
-            tile_counts[t, v] = run
-            run += c
-        offsets[v + 1] = run
-
-
-@cuda.jit(device=True)
-def _block_exclusive_scan(x, buf):
-    """Exclusive prefix sum of x over the block (Hillis-Steele in shared memory; buf holds blockDim.x ints)."""
-    tid = cuda.threadIdx.x
-    buf[tid] = x
-    cuda.syncthreads()
-    step = 1
-    while step < cuda.blockDim.x:
-        t = buf[tid - step] if tid >= step else 0
-        cuda.syncthreads()  # every read of this step before any write
-        buf[tid] += t
-        cuda.syncthreads()
-        step *= 2
-    out = buf[tid] - x
-    cuda.syncthreads()  # buf may be reused right after
-    return out
-
-
-@cuda.jit
-def offsets_scan_kernel(offsets):
-    """One block: offsets[1:] holds the count of each id; it becomes offsets[v] = the first slot of id v in the
-    sorted order, offsets[V] = the number of placed tokens. Each thread scans a contiguous segment of ids."""
-    buf = cuda.shared.array(SCAN_THREADS, np.int32)
-    vocab = offsets.size - 1
-    tid = cuda.threadIdx.x
-    seg = (vocab + cuda.blockDim.x - 1) // cuda.blockDim.x
-    lo = min(tid * seg, vocab)
-    hi = min(lo + seg, vocab)
-    s = 0
-    for v in range(lo, hi):
-        s += offsets[v + 1]
-    run = _block_exclusive_scan(s, buf)  # its syncthreads order these reads before the writes below
-    for v in range(lo, hi):
-        run += offsets[v + 1]
-        offsets[v + 1] = run
-    if tid == 0:
-        offsets[0] = 0
-
-
-@cuda.jit
-def place_kernel(ids, tile_counts, offsets, order):
-    """order[slot] = m, with slot = the start of id v + v's tokens in earlier tiles + its rank among the earlier
-    tokens of this tile with id v: a stable counting sort (equal ids keep token order)."""
-    tile_ids = cuda.shared.array(TILE_TOKENS, np.int32)
-    tid = cuda.threadIdx.x
-    m = cuda.blockIdx.x * TILE_TOKENS + tid
-    v = -1
-    if m < ids.size:
-        v = ids[m]
-        if not (0 <= v < tile_counts.shape[1]):
-            v = -1  # skipped, and never equal to a real id below
-    tile_ids[tid] = v
-    cuda.syncthreads()
-    if v >= 0:
-        rank = 0
-        for j in range(tid):  # every thread reads the same address: a broadcast, no bank conflict
-            if tile_ids[j] == v:
-                rank += 1
-        order[offsets[v] + tile_counts[cuda.blockIdx.x, v] + rank] = m
-
-
 @cuda.jit(device=True)
 def _sum_in_order(dout, order, k, end, d, buf):
     """The float32 sum, from 0, of dout[order[k], d] ... dout[order[end - 1], d] in that order (buf: UNROLL floats
@@ -238,7 +155,7 @@ def segment_scan_kernel(offsets, seg_base):
     s = 0
     for v in range(lo, hi):
         s += (offsets[v + 1] - offsets[v] + SEGMENT - 1) // SEGMENT
-    run = _block_exclusive_scan(s, buf)
+    run = block_exclusive_scan(s, buf)
     for v in range(lo, hi):
         seg_base[v] = run
         run += (offsets[v + 1] - offsets[v] + SEGMENT - 1) // SEGMENT
