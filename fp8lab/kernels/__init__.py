@@ -10,7 +10,7 @@ import importlib
 
 MODULES = ("reduce", "cast", "quantize", "quantize_fine", "elementwise", "rmsnorm", "norm_quant", "swiglu",
            "embedding", "loss", "cross_entropy", "optim", "gemm", "gemm_nt", "fp8_gemm", "bf16_gemm",
-           "attention", "permute", "tc_accum", "wgmma_tile")
+           "attention", "router", "permute", "tc_accum", "wgmma_tile")
 
 
 def load(name: str):
