@@ -531,7 +531,7 @@ def make_dual_tile_kernel(fmt: str, mode: str, value):
 # ----------------------------------------------------------------------------------------------------------------
 
 __all__ += ["SORT_TILE", "SORT_SCAN_THREADS", "tile_count_kernel", "tile_scan_kernel", "block_exclusive_scan",
-            "offsets_scan_kernel", "place_kernel"]
+            "offsets_scan_kernel", "place_kernel", "make_chunk_starts_kernel", "find_run", "zero_rows_kernel"]
 SORT_TILE = runtime.block_threads(512)  # keys per counting tile (one thread each)
 SORT_SCAN_THREADS = runtime.block_threads(1024)  # the one block that scans the per-key counts
 
@@ -579,6 +579,16 @@ def block_exclusive_scan(x, buf):
 
 
 @cuda.jit
+def zero_rows_kernel(a):
+    """a (R, C) set to 0 (any numeric dtype): a block per row, grid-stride, threads along the row."""
+    r = cuda.blockIdx.x
+    while r < a.shape[0]:
+        for c in range(cuda.threadIdx.x, a.shape[1], cuda.blockDim.x):
+            a[r, c] = 0
+        r += cuda.gridDim.x
+
+
+@cuda.jit
 def offsets_scan_kernel(offsets):
     """One block: offsets[1:] holds the count of each id; it becomes offsets[v] = the first slot of id v in the
     sorted order, offsets[V] = the number of placed tokens. Each thread scans a contiguous segment of ids."""
@@ -597,6 +607,47 @@ def offsets_scan_kernel(offsets):
         offsets[v + 1] = run
     if tid == 0:
         offsets[0] = 0
+
+
+def make_chunk_starts_kernel(chunk: int, rows: int):
+    """starts_kernel(offsets, starts), one block of SORT_SCAN_THREADS: key v's sorted run offsets[v] ..
+    offsets[v + 1] cut into ceil(count / chunk) chunks of `rows` rows each; starts[v] = the first row of key v's
+    chunks (an exclusive scan), starts[V] = the rows in all. The embedding's segments (chunk = SEGMENT, rows = 1:
+    segment indices) and routed experts' groups (chunk = rows = 128: each expert's tokens padded to 128 rows)."""
+
+    @cuda.jit
+    def starts_kernel(offsets, starts):
+        buf = cuda.shared.array(SORT_SCAN_THREADS, np.int32)
+        keys = offsets.size - 1
+        tid = cuda.threadIdx.x
+        seg = (keys + cuda.blockDim.x - 1) // cuda.blockDim.x
+        lo = min(tid * seg, keys)
+        hi = min(lo + seg, keys)
+        s = 0
+        for v in range(lo, hi):
+            s += (offsets[v + 1] - offsets[v] + chunk - 1) // chunk * rows
+        run = block_exclusive_scan(s, buf)
+        for v in range(lo, hi):
+            starts[v] = run
+            run += (offsets[v + 1] - offsets[v] + chunk - 1) // chunk * rows
+        if tid == cuda.blockDim.x - 1:  # the last thread's running sum ends at the total
+            starts[keys] = run
+
+    return starts_kernel
+
+
+@cuda.jit(device=True)
+def find_run(starts, keys, s):
+    """The key v whose rows hold row s: starts[v] <= s < starts[v + 1], for nondecreasing starts with starts[0] <=
+    s < starts[keys] (keys with no rows are skipped). A binary search; every thread of a block may run it."""
+    lo, hi = 0, keys
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if starts[mid] <= s:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @cuda.jit

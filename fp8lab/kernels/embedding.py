@@ -36,8 +36,8 @@ from .. import _validate, bench
 from ..device import runtime
 from ..bench import timing
 from ..device.runtime import MAX_BLOCKS, cuda
-from .common import (SORT_SCAN_THREADS, SORT_TILE, block_exclusive_scan, offsets_scan_kernel, place_kernel,
-                     tile_count_kernel, tile_scan_kernel)
+from .common import (SORT_SCAN_THREADS, SORT_TILE, find_run, make_chunk_starts_kernel, offsets_scan_kernel,
+                     place_kernel, tile_count_kernel, tile_scan_kernel, zero_rows_kernel)
 from .versions import Version
 
 THREADS = runtime.block_threads(256)  # row kernels (gather, zero, atomics): threads along D
@@ -74,15 +74,6 @@ def gather_kernel(table, ids, out):
 # ----------------------------------------------------------------------------------------------------------------
 # Backward version 1: float atomics
 # ----------------------------------------------------------------------------------------------------------------
-
-
-@cuda.jit
-def zero_rows_kernel(a):
-    r = cuda.blockIdx.x
-    while r < a.shape[0]:
-        for c in range(cuda.threadIdx.x, a.shape[1], cuda.blockDim.x):
-            a[r, c] = 0
-        r += cuda.gridDim.x
 
 
 @cuda.jit
@@ -142,25 +133,9 @@ def row_sum_kernel(dout, order, offsets, dtable):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@cuda.jit
-def segment_scan_kernel(offsets, seg_base):
-    """One block: seg_base[v] = the first segment of id v (the exclusive scan of ceil(tokens of v / SEGMENT)),
-    seg_base[V] = the number of segments."""
-    buf = cuda.shared.array(SCAN_THREADS, np.int32)
-    vocab = offsets.size - 1
-    tid = cuda.threadIdx.x
-    seg = (vocab + cuda.blockDim.x - 1) // cuda.blockDim.x
-    lo = min(tid * seg, vocab)
-    hi = min(lo + seg, vocab)
-    s = 0
-    for v in range(lo, hi):
-        s += (offsets[v + 1] - offsets[v] + SEGMENT - 1) // SEGMENT
-    run = block_exclusive_scan(s, buf)
-    for v in range(lo, hi):
-        seg_base[v] = run
-        run += (offsets[v + 1] - offsets[v] + SEGMENT - 1) // SEGMENT
-    if tid == cuda.blockDim.x - 1:  # the last thread's running sum ends at the total
-        seg_base[vocab] = run
+segment_scan_kernel = make_chunk_starts_kernel(SEGMENT, 1)
+"""One block: seg_base[v] = the first segment of id v (the exclusive scan of ceil(tokens of v / SEGMENT)),
+seg_base[V] = the number of segments (common.make_chunk_starts_kernel)."""
 
 
 @cuda.jit
@@ -175,13 +150,7 @@ def segment_sum_kernel(dout, order, offsets, seg_base, partials):
     w = cuda.blockIdx.x
     while w < total * chunks:
         s = w // chunks
-        lo, hi = 0, vocab  # the id of segment s: seg_base[lo] <= s < seg_base[hi] (the same search in every thread)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if seg_base[mid] <= s:
-                lo = mid
-            else:
-                hi = mid
+        lo = find_run(seg_base, vocab, s)  # the id of segment s
         d = (w % chunks) * cuda.blockDim.x + cuda.threadIdx.x
         if d < D:
             k = int(offsets[lo]) + (s - int(seg_base[lo])) * SEGMENT

@@ -28,8 +28,8 @@ from .. import bench
 from ..bench import timing
 from ..device import runtime
 from ..device.runtime import cuda
-from .common import (SORT_SCAN_THREADS, SORT_TILE, block_exclusive_scan, offsets_scan_kernel, place_kernel,
-                     tile_count_kernel, tile_scan_kernel)
+from .common import (SORT_SCAN_THREADS, SORT_TILE, find_run, make_chunk_starts_kernel, offsets_scan_kernel,
+                     place_kernel, tile_count_kernel, tile_scan_kernel, zero_rows_kernel)
 from .versions import Version
 
 GROUP_ROWS = 128  # each expert's rows are padded to a multiple of this (fl.fp8_grouped_gemm's 128-row tiles)
@@ -37,35 +37,9 @@ THREADS = runtime.block_threads(128)  # threads along the width
 _ZERO = np.float32(0.0)
 
 
-@cuda.jit
-def _zero_kernel(a):
-    """a (R, C) int32 set to 0, grid-stride over rows."""
-    r = cuda.blockIdx.x
-    while r < a.shape[0]:
-        for c in range(cuda.threadIdx.x, a.shape[1], cuda.blockDim.x):
-            a[r, c] = 0
-        r += cuda.gridDim.x
-
-
-@cuda.jit
-def padded_starts_kernel(offsets, starts):
-    """One block: starts[e] = the first row of expert e's group, each group ceil(count_e / 128) * 128 rows;
-    starts[E] = the rows in all."""
-    buf = cuda.shared.array(SORT_SCAN_THREADS, np.int32)
-    experts = offsets.size - 1
-    tid = cuda.threadIdx.x
-    seg = (experts + cuda.blockDim.x - 1) // cuda.blockDim.x
-    lo = min(tid * seg, experts)
-    hi = min(lo + seg, experts)
-    s = 0
-    for e in range(lo, hi):
-        s += (offsets[e + 1] - offsets[e] + GROUP_ROWS - 1) // GROUP_ROWS * GROUP_ROWS
-    run = block_exclusive_scan(s, buf)
-    for e in range(lo, hi):
-        starts[e] = run
-        run += (offsets[e + 1] - offsets[e] + GROUP_ROWS - 1) // GROUP_ROWS * GROUP_ROWS
-    if tid == cuda.blockDim.x - 1:
-        starts[experts] = run
+padded_starts_kernel = make_chunk_starts_kernel(GROUP_ROWS, GROUP_ROWS)
+"""One block: starts[e] = the first row of expert e's group, each group ceil(count_e / 128) * 128 rows; starts[E] =
+the rows in all (common.make_chunk_starts_kernel)."""
 
 
 @cuda.jit
@@ -77,13 +51,7 @@ def gather_kernel(x, order, offsets, starts, k, rows, slots):
     D = x.shape[1]
     s = cuda.blockIdx.x
     while s < starts[experts]:
-        lo, hi = 0, experts  # starts[lo] <= s < starts[hi] (the same search in every thread)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if starts[mid] <= s:
-                lo = mid
-            else:
-                hi = mid
+        lo = find_run(starts, experts, s)  # the expert of row s
         i = s - starts[lo]
         if i < offsets[lo + 1] - offsets[lo]:
             a = order[offsets[lo] + i]
@@ -148,15 +116,6 @@ def gather_grad_kernel(drows, slots, dx):
         t += cuda.gridDim.x
 
 
-@cuda.jit
-def _zero_rows_f32_kernel(a):
-    r = cuda.blockIdx.x
-    while r < a.shape[0]:
-        for c in range(cuda.threadIdx.x, a.shape[1], cuda.blockDim.x):
-            a[r, c] = _ZERO
-        r += cuda.gridDim.x
-
-
 class Scratch:
     """The sort's device buffers for `tokens` tokens of `k` choices among `experts`, made once."""
 
@@ -184,7 +143,7 @@ def launch_permute(x, ids, scratch: Scratch, rows, slots) -> None:
     """Version 1 on device arrays: x (T, D) float32, ids (T * k,) int32 (expert ids, flat), rows (>= the padded rows,
     D) float32, slots (T, k) int32; the group starts are left in scratch.starts."""
     pairs = ids.size
-    _zero_kernel[_grid(scratch.tiles), THREADS](scratch.tile_counts)
+    zero_rows_kernel[_grid(scratch.tiles), THREADS](scratch.tile_counts)
     tile_count_kernel[scratch.tiles, SORT_TILE](ids, scratch.tile_counts)
     tile_scan_kernel[runtime.grid_1d(scratch.experts, THREADS)](scratch.tile_counts, scratch.offsets)
     offsets_scan_kernel[1, SORT_SCAN_THREADS](scratch.offsets)
@@ -273,7 +232,7 @@ def unpermute_backward(dout, y, slots, gates):
     gates = V.array("gates", gates, dtype=np.float32, shape=tuple(s.shape))
     dy = cuda.device_array(y.shape, np.float32)
     dgates = cuda.device_array(s.shape, np.float32)
-    _zero_rows_f32_kernel[_grid(y.shape[0]), THREADS](dy)
+    zero_rows_kernel[_grid(y.shape[0]), THREADS](dy)
     scatter_grad_kernel[_grid(s.shape[0]), THREADS](runtime.to_device(dout), runtime.to_device(y),
                                                     runtime.to_device(s), runtime.to_device(gates), dy, dgates)
     if any(V.is_device_array(a) for a in (dout, y, slots, gates)):

@@ -13,10 +13,9 @@ import numpy as np
 
 from ... import _validate as V
 from ...device import runtime
-from ...device.runtime import cuda
 from ...numerics import spec
 from ...numerics.spec import GROUP_K, ScaleKind
-from .host import check_device, launch
+from .host import check_device, launch, output
 from .reference import reference64
 from .table import PERSISTENT_VERSIONS, VERSIONS, best_version
 
@@ -70,12 +69,7 @@ def fp8_grouped_gemm(qa, qb, offsets, out=None, version=None):
         raise ValueError(f"version must not be a persistent one {PERSISTENT_VERSIONS} (its grid is sized per call), "
                          f"got {version}")
     check_device(version)
-    if out is None:
-        y = cuda.device_array((M, N), np.float32)
-    else:
-        y = V.array("out", out, dtype=np.float32, shape=(M, N))
-        if not V.is_device_array(y):
-            raise TypeError(f"out must be a device array, got {V.describe(out)}")
+    y = output(out, M, N)
     da, dsa, db, dsb = (runtime.to_device(x) for x in (a, sa, b, sb))
     for e in range(E):
         r0, r1 = int(off[e]), int(off[e + 1])

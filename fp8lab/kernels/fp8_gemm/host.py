@@ -57,6 +57,16 @@ def _check_residual(version: int) -> None:
                          f"got version {version}")
 
 
+def output(out, M: int, N: int):
+    """The float32 (M, N) device array a GEMM writes: out, checked, or a new one when out is None."""
+    if out is None:
+        return cuda.device_array((M, N), np.float32)
+    y = V.array("out", out, dtype=np.float32, shape=(M, N))
+    if not V.is_device_array(y):
+        raise TypeError(f"out must be a device array, got {V.describe(out)}")
+    return y
+
+
 def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None, sms=None, residual=None):
     """y = dequant(qa) @ dequant(qb).T (+ residual), float32 (M, N), scales applied per K-group of 128 inside the
     kernel.
@@ -98,12 +108,7 @@ def fp8_gemm(qa, qb, accum_bits=None, promote_every=None, out=None, version=None
     if bits >= 0 and version not in LIMITED_VERSIONS:
         raise ValueError(f"version {version} accumulates in FP32 only; accum_bits={accum_bits} needs version in "
                          f"{LIMITED_VERSIONS} (or None)")
-    if out is None:
-        y = cuda.device_array((M, N), np.float32)
-    else:
-        y = V.array("out", out, dtype=np.float32, shape=(M, N))
-        if not V.is_device_array(y):
-            raise TypeError(f"out must be a device array, got {V.describe(out)}")
+    y = output(out, M, N)
     if residual is not None:
         residual = runtime.to_device(V.array("residual", residual, dtype=np.float32, shape=(M, N)))
         _check_residual(version)
