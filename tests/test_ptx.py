@@ -392,6 +392,55 @@ def test_mma_m16n8k32_matches_the_reference(rng, integers):
         np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
 
 
+@cuda.jit
+def _mma_bf16_kernel(a_regs, b_regs, c, d):
+    lane = cuda.threadIdx.x
+    g, t = lane >> 2, lane & 3
+    d0, d1, d2, d3 = ptx.mma_m16n8k16_bf16(
+        a_regs[lane, 0], a_regs[lane, 1], a_regs[lane, 2], a_regs[lane, 3], b_regs[lane, 0], b_regs[lane, 1],
+        c[g, 2 * t], c[g, 2 * t + 1], c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
+    d[g, 2 * t] = d0
+    d[g, 2 * t + 1] = d1
+    d[g + 8, 2 * t] = d2
+    d[g + 8, 2 * t + 1] = d3
+
+
+def test_mma_m16n8k16_bf16_layout_and_result(rng):
+    """The BF16 m16n8k16's fragments cover A, B and C once each (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
+    floating point type": lane 5 holds A values at (1, 2), (1, 3), (9, 2), (9, 3), (1, 10) ...); D = A @ B.T + C
+    from one warp's fragments: the twin bit for bit the reference (k order), the tensor core exact on small
+    integers (every partial sum an integer below 2**12) and within the FP32 bound on Gaussian values."""
+    lay = ptx.mma_m16n8k16_layout()
+    for key, shape in (("a", (16, 16)), ("b", (16, 8)), ("c", (16, 8))):
+        seen = np.zeros(shape, int)
+        np.add.at(seen, (lay[key][..., 0].ravel(), lay[key][..., 1].ravel()), 1)
+        assert (seen == 1).all(), key
+    assert lay["a"][5, :5].tolist() == [[1, 2], [1, 3], [9, 2], [9, 3], [1, 10]]
+    assert lay["b"][5].tolist() == [[2, 1], [3, 1], [10, 1], [11, 1]]
+    for integers in (True, False):
+        if integers:
+            a, b = rng.integers(-8, 9, (16, 16)), rng.integers(-8, 9, (8, 16))
+            c = rng.integers(-64, 65, (16, 8)).astype(np.float32)
+        else:
+            a, b, c = rng.standard_normal((16, 16)), rng.standard_normal((8, 16)), rng.standard_normal((16, 8))
+        a_bits = (formats.round_bf16(a.astype(np.float32)).view(np.uint32) >> 16).astype(np.uint16)
+        b_bits = (formats.round_bf16(b.astype(np.float32)).view(np.uint32) >> 16).astype(np.uint16)
+        ar, br = ptx.pack_mma_m16n8k16(a_bits, b_bits)
+        d = cuda.to_device(np.full((16, 8), np.nan, np.float32))
+        _mma_bf16_kernel[1, 32](cuda.to_device(ar), cuda.to_device(br), cuda.to_device(c.astype(np.float32)), d)
+        got, ref = d.copy_to_host(), ptx.mma_m16n8k16_reference(a_bits, b_bits, c.astype(np.float32))
+        assert not np.isnan(got).any(), "NaN in output (unwritten element?)"
+        if integers or not ptx.HARDWARE:
+            assert np.array_equal(got, ref), np.argwhere(got != ref)[:5]
+        else:
+            av = np.abs((a_bits.astype(np.uint32) << 16).view(np.float32)).astype(np.float64)
+            bv = np.abs((b_bits.astype(np.uint32) << 16).view(np.float32)).astype(np.float64)
+            bound = 18 * 2.0**-24 * (av @ bv.T + np.abs(c))
+            assert (np.abs(got - ref) <= bound).all()
+    with pytest.raises(ValueError, match="a_bits must have shape"):
+        ptx.pack_mma_m16n8k16(np.zeros((16, 8), np.uint16), np.zeros((8, 16), np.uint16))
+
+
 @pytest.mark.gpu
 def test_mma_m16n8k32_hardware_many_fragments(rng):
     """The tensor core against the reference on 200 fresh fragments: exact on small integers (every partial sum

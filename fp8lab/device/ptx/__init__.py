@@ -35,12 +35,13 @@ memory.py: vector loads and stores, an L2 prefetch, cp.async and ldmatrix
 | `cp_async_commit()`, `cp_async_wait_group(n)` | `cp.async.commit_group;`, `cp.async.wait_group n;` | nothing (5) |
 | `ldmatrix_x4(s, off)` | `ldmatrix.sync.aligned.m8n8.x4.shared.b16` (one warp) (6) | the warp's row offsets gathered |
 
-mma.py: the FP8 mma.sync m16n8k32
+mma.py: the FP8 mma.sync m16n8k32 and the BF16 m16n8k16
 
 | name | PTX (GPU) | twin (simulator) |
 |---|---|---|
 | `mma_m16n8k32_e4m3(a0..a3, b0, b1, c0..c3)` | `mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32` | (7) |
 | `mma_m16n8k32(fa, fb)` | the same for any pair of E4M3/E5M2 operands | the same |
+| `mma_m16n8k16_bf16(a0..a3, b0, b1, c0..c3)` | `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` | (7) |
 
 wgmma.py: the warpgroup MMA of sm_90a, its fences and its shared-memory layout
 
@@ -80,8 +81,9 @@ from .memory import (async_copy_intrinsics, cp_async_16, cp_async_commit, cp_asy
                      ld_global_v4_f32, ld_global_v4_intrinsic, ld_shared_v4_1d_intrinsic, ld_shared_v4_f32,
                      ld_shared_v4_f32_1d, ldmatrix_x4, prefetch_l2_bulk, prefetch_l2_intrinsic, shared_address,
                      shared_v4_intrinsics, st_shared_v4_f32)
-from .mma import (MMA_FP8, MMA_FP8_CC, MMA_M16N8K32_E4M3, mma_instruction, mma_intrinsic, mma_m16n8k32,
-                  mma_m16n8k32_e4m3, mma_m16n8k32_layout, mma_m16n8k32_reference, pack_mma_m16n8k32, require_mma_fp8)
+from .mma import (MMA_BF16, MMA_FP8, MMA_FP8_CC, MMA_M16N8K16_BF16, MMA_M16N8K32_E4M3, mma_instruction, mma_intrinsic,
+                  mma_m16n8k16_bf16, mma_m16n8k16_layout, mma_m16n8k16_reference, mma_m16n8k32, mma_m16n8k32_e4m3,
+                  mma_m16n8k32_layout, mma_m16n8k32_reference, pack_mma_m16n8k16, pack_mma_m16n8k32, require_mma_fp8)
 from .wgmma import (SWIZZLE_MODES, WGMMA, WGMMA_CC, fence_proxy_async, require_wgmma, smem_descriptor,
                     smem_descriptor_fields, smem_descriptor_np, swizzle_128b, swizzle_128b_np, wgmma_commit_group,
                     wgmma_d_layout, wgmma_fence, wgmma_intrinsic, wgmma_m64k16, wgmma_m64k32, wgmma_sync_intrinsic,
@@ -94,6 +96,8 @@ __all__ = [
     "decode_e5m2x2", "globaltimer_ns", "ld_global_v4_f32", "ld_shared_v4_f32", "st_shared_v4_f32", "ptx_of",
     "ptx_status", "find_instructions", "PTXUnavailableWarning", "MMA_M16N8K32_E4M3", "mma_intrinsic",
     "mma_m16n8k32_e4m3", "mma_m16n8k32_layout", "mma_m16n8k32_reference", "pack_mma_m16n8k32",
+    "MMA_M16N8K16_BF16", "MMA_BF16", "mma_m16n8k16_bf16", "mma_m16n8k16_layout", "mma_m16n8k16_reference",
+    "pack_mma_m16n8k16",
     "async_copy_intrinsics",
     "barrier_intrinsic",
     "cp_async_16",

@@ -172,3 +172,81 @@ def mma_m16n8k32(fa: str = "e4m3", fb: str = "e4m3"):
     if HARDWARE:
         return mma_intrinsic(mma_instruction(fa, fb))
     return cuda.jit(device=True)(_twin_mma(fa, fb))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# BF16 mma.sync m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"; sm_80+)
+# ----------------------------------------------------------------------------------------------------------------
+
+MMA_M16N8K16_BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+MMA_BF16 = runtime.Capability("BF16 mma.sync, which needs compute capability 8.0 or newer", (8, 0))
+"""What a kernel issuing BF16 mma.sync needs (a kernel version's `needs`)."""
+
+
+def mma_m16n8k16_layout() -> dict[str, np.ndarray]:
+    """Which element each lane holds in the BF16 m16n8k16 (g = lane >> 2, t = lane & 3): "a" (32, 8, 2), value i
+    (half i & 1 of register i >> 1) at row g + 8 * ((i >> 1) & 1), column 2t + (i & 1) + 8 * (i >> 2); "b"
+    (32, 4, 2), value i at k = 2t + (i & 1) + 8 * (i >> 1) of column g; "c" (32, 4, 2), as m16n8k32's: row
+    g + 8 * (i >> 1), column 2t + (i & 1). So the C fragments of two neighbouring n8 tiles are, as pairs, the A
+    fragment of a k16 product: what flash attention uses to feed its probabilities P to P V without shared memory."""
+    lane = np.arange(32)[:, None]
+    g, t = lane >> 2, lane & 3
+    i = np.arange(8)[None, :]
+    a = np.stack(np.broadcast_arrays(g + 8 * ((i >> 1) & 1), 2 * t + (i & 1) + 8 * (i >> 2)), axis=-1)
+    i = np.arange(4)[None, :]
+    b = np.stack(np.broadcast_arrays(2 * t + (i & 1) + 8 * (i >> 1), g + 0 * i), axis=-1)
+    c = _MMA_LAYOUT["c"]
+    return {"a": a, "b": b, "c": c}
+
+
+_MMA16_LAYOUT = mma_m16n8k16_layout()
+
+
+def pack_mma_m16n8k16(a_bits, b_bits):
+    """Per-lane registers (a (32, 4) uint32, b (32, 2) uint32) from bfloat16 bits a (16, 16) and b (8, 16) uint16,
+    B given as its transpose (N, K); the low half of a register is its first value."""
+    a_bits, b_bits = np.asarray(a_bits, np.uint16), np.asarray(b_bits, np.uint16)
+    if a_bits.shape != (16, 16) or b_bits.shape != (8, 16):
+        raise ValueError(f"a_bits must have shape (16, 16) and b_bits (8, 16), got {a_bits.shape} and {b_bits.shape}")
+    lay = _MMA16_LAYOUT
+    a_vals = a_bits[lay["a"][..., 0], lay["a"][..., 1]]
+    b_vals = b_bits[lay["b"][..., 1], lay["b"][..., 0]]
+    return (np.ascontiguousarray(a_vals).view(np.uint32).reshape(32, 4),
+            np.ascontiguousarray(b_vals).view(np.uint32).reshape(32, 2))
+
+
+def mma_m16n8k16_reference(a_bits, b_bits, c) -> np.ndarray:
+    """D (16, 8) float32 = bf16(a) @ bf16(b).T + c summed in FP32 in k order (what the twin computes; the products
+    of two bfloat16 values are exact in float32)."""
+    a = (np.asarray(a_bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    b = (np.asarray(b_bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return sum_in_order(np.asarray(c, np.float32), a[:, None, :] * b[None, :, :])
+
+
+def mma_bf16_intrinsic(instruction: str = MMA_M16N8K16_BF16):
+    """An @intrinsic `mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)` (GPU only): the warp-wide BF16
+    mma.sync m16n8k16, two bfloat16 values to a 32-bit register. Same asm shape as the FP8 one."""
+    return mma_intrinsic(instruction)
+
+
+def _twin_mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    """Twin of the BF16 mma.sync m16n8k16: gather every lane's fragments, rebuild A and B, this lane's outputs."""
+    regs = _simgaps.warp_allgather((a0, a1, a2, a3, b0, b1))
+    lay = _MMA16_LAYOUT
+    a_vals = np.array([r[:4] for r in regs], np.uint32).view(np.uint16).reshape(32, 8)
+    b_vals = np.array([r[4:] for r in regs], np.uint32).view(np.uint16).reshape(32, 4)
+    a = np.zeros((16, 16), np.uint16)
+    b = np.zeros((8, 16), np.uint16)
+    a[lay["a"][..., 0], lay["a"][..., 1]] = a_vals
+    b[lay["b"][..., 1], lay["b"][..., 0]] = b_vals
+    lane = _simgaps.lane_id()
+    av = (a[lay["c"][lane, :, 0]].astype(np.uint32) << 16).view(np.float32)  # (4, 16): this lane's rows
+    bv = (b[lay["c"][lane, :, 1]].astype(np.uint32) << 16).view(np.float32)  # and columns
+    d = sum_in_order(np.array([c0, c1, c2, c3], np.float32), av * bv)
+    return d[0], d[1], d[2], d[3]
+
+
+if HARDWARE:
+    mma_m16n8k16_bf16 = mma_bf16_intrinsic()
+else:
+    mma_m16n8k16_bf16 = cuda.jit(device=True)(_twin_mma_bf16)
