@@ -18,7 +18,7 @@ _PUBLIC = {
     "encode": "numerics.formats", "decode": "numerics.formats",
     "QuantizedTensor": "quant", "quantize": "quant", "dequantize": "quant", "requantize_tile_to_col": "quant",
     "DelayedScaling": "numerics.scaling", "gemm": "kernels.gemm", "fp8_gemm": "kernels.fp8_gemm",
-    "fp8_grouped_gemm": "kernels.fp8_gemm",
+    "fp8_grouped_gemm": "kernels.fp8_gemm", "fp8_grouped_wgrad": "kernels.fp8_gemm",
     "bf16_gemm": "kernels.bf16_gemm", "attention": "kernels.attention", "attention_backward": "kernels.attention",
     "train": "training.loop", "History": "training.loop", "RECIPES": "numerics.recipes", "TASKS": "training.loop",
     "TrainingDiverged": "training.loop",

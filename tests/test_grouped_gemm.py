@@ -94,3 +94,35 @@ BAD = [
 def test_bad_input_is_refused_by_name(rng, call, error, match):
     with pytest.raises(error, match=match):
         call(*_bad(rng))
+
+
+@pytest.mark.parametrize("E, N, K, sizes", [(3, 40, 72, (128, 0, 256)),
+                                            pytest.param(8, 512, 1040, (256, 128, 0, 384, 128, 640, 128, 256),
+                                                         marks=pytest.mark.gpu)])
+def test_grouped_wgrad_is_each_experts_sum_over_its_tokens(rng, E, N, K, sizes):
+    """dW[e] = dy_e^T x_e from dy^T and x^T in 1 x 128 tiles along the tokens: bit for bit fl.fp8_gemm of expert e's
+    columns, 0 for the expert without tokens, within the FP32 bound of the float64 reference; out poisoned."""
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    M = int(off[-1])
+    dy = rng.standard_normal((M, N), dtype=np.float32)
+    x = rng.standard_normal((M, K), dtype=np.float32)
+    qdyt = fl.quantize(np.ascontiguousarray(dy.T), granularity="tile")
+    qxt = fl.quantize(np.ascontiguousarray(x.T), granularity="tile")
+    out = poisoned((E, N, K), np.float32)
+    assert fl.fp8_grouped_wgrad(qdyt, qxt, off, out=out) is out
+    dw = out.copy_to_host()
+    ref = fg.reference_grouped_wgrad(qdyt, qxt, off)
+    for e in range(E):
+        r0, r1 = off[e], off[e + 1]
+        if r1 == r0:
+            assert (dw[e] == 0).all()
+            continue
+        g = slice(r0 // 128, r1 // 128)
+        qa = fl.QuantizedTensor(np.ascontiguousarray(qdyt.data[:, r0:r1]), qdyt.scale[:, g].copy(), "e4m3", "tile")
+        qb = fl.QuantizedTensor(np.ascontiguousarray(qxt.data[:, r0:r1]), qxt.scale[:, g].copy(), "e4m3", "tile")
+        assert np.array_equal(dw[e].view(np.uint32), fl.fp8_gemm(qa, qb).view(np.uint32)), f"expert {e}"
+        assert_close(f"expert {e}", dw[e], ref[e], atol=fg.tensor_core_bound(qa, qb), rtol=0)
+    with pytest.raises(ValueError, match=r"^qdyt and qxt must cover the same tokens"):
+        fl.fp8_grouped_wgrad(qdyt, fl.quantize(np.ascontiguousarray(x[:128].T), granularity="tile"), off)
+    with pytest.raises(ValueError, match=r"^offsets must start at 0"):
+        fl.fp8_grouped_wgrad(qdyt, qxt, off[::-1])

@@ -27,8 +27,9 @@ version 5: wgmma m64n128k32 on 128-byte-swizzled shared tiles through descriptor
 version 6: version 5 overlapped: K-group k + 1 issued before K-group k is promoted.
 version 7: version 6 persistent: `sms` blocks loop over the output tiles, the other SMs left free.
 
-Routed experts (`fp8_grouped_gemm`, grouped.py): qa's rows grouped by expert, each group a multiple of 128 rows,
-times qb (E, N, K) with 128 x 128 blocks per expert: each group's rows are fp8_gemm of that group, bit for bit.
+Routed experts (grouped.py): `fp8_grouped_gemm`, qa's rows grouped by expert, each group a multiple of 128 rows,
+times qb (E, N, K) with 128 x 128 blocks per expert: each group's rows are fp8_gemm of that group, bit for bit;
+`fp8_grouped_wgrad`, each expert's weight gradient over its tokens from dy^T and x^T in 1 x 128 tiles along them.
 
 The epilogue with a residual (`residual=`, versions 2-7: RESIDUAL_VERSIONS): y = residual + A B^T, the add after
 the whole sum (the bits of a separate add), residual may be `out` itself (out += A B^T); compiled in per flag, so the
@@ -47,7 +48,7 @@ from ... import bench
 from . import checks as _checks
 from . import timings as _timings
 from .checks import operand_on_device, random_operands
-from .grouped import GROUP_ROWS, fp8_grouped_gemm, reference_grouped
+from .grouped import GROUP_ROWS, fp8_grouped_gemm, fp8_grouped_wgrad, reference_grouped, reference_grouped_wgrad
 from .host import SIM_SMS, check_device, check_sms, device_sms, fp8_gemm, launch
 from .reference import (ALIGN, OPERAND_GRANULARITIES, abs_product, error_bound, fma_tolerance, reference, reference64,
                         tensor_core_bound)
@@ -62,7 +63,8 @@ checks = _checks.checks
 timings = _timings.timings
 
 __all__ = ["VERSIONS", "BEST", "LIMITED_VERSIONS", "TENSOR_CORE_VERSIONS", "PERSISTENT_VERSIONS", "RESIDUAL_VERSIONS",
-           "best_version", "fp8_gemm", "fp8_grouped_gemm", "reference_grouped", "GROUP_ROWS", "launch", "check_device",
+           "best_version", "fp8_gemm", "fp8_grouped_gemm", "fp8_grouped_wgrad", "reference_grouped",
+           "reference_grouped_wgrad", "GROUP_ROWS", "launch", "check_device",
            "check_sms", "device_sms", "SIM_SMS", "tiles",
            "reference", "reference64", "abs_product", "error_bound", "tensor_core_bound", "fma_tolerance",
            "random_operands", "operand_on_device", "torch_blockwise", "kernels", "make_kernels", "make_kernel3",

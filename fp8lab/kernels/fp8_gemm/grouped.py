@@ -1,6 +1,12 @@
-"""The grouped FP8 GEMM of routed experts (`fp8_grouped_gemm`): the tokens of each expert in contiguous rows of qa,
-each group padded to a multiple of 128 rows (DeepGEMM's "contiguous" layout for its grouped GEMMs), multiplied by
-that expert's weight qb[e]: y[rows of e] = dequant(qa[rows of e]) @ dequant(qb[e]).T.
+"""The grouped FP8 GEMMs of routed experts: the tokens of each expert in contiguous rows, each group padded to a
+multiple of 128 rows (DeepGEMM's "contiguous" layout for its grouped GEMMs).
+
+- `fp8_grouped_gemm` (Fprop, and Dgrad with qb the experts' transposed weights): y[rows of e] =
+  dequant(qa[rows of e]) @ dequant(qb[e]).T;
+- `fp8_grouped_wgrad` (Wgrad): dW[e] = dequant(qdyt[:, rows of e]) @ dequant(qxt[:, rows of e]).T, the sum over
+  expert e's tokens, from dy^T and x^T quantized in 1 x 128 tiles along the tokens (DeepSeek-V3's 128 x 1 tiles of dy
+  and x): with 128-row groups no tile spans two experts. Each expert's columns are first copied into contiguous
+  buffers (the GEMM kernels read whole rows).
 
 One launch of the chosen fp8_gemm version per non-empty group, on views of qa's rows, qb[e] and y's rows: group by
 group the same bits as `fp8_gemm` of that group (a test holds it to that). With groups padded to 128 rows, every
@@ -13,6 +19,7 @@ import numpy as np
 
 from ... import _validate as V
 from ...device import runtime
+from ...device.runtime import cuda
 from ...numerics import spec
 from ...numerics.spec import GROUP_K, ScaleKind
 from .host import check_device, launch, output
@@ -78,6 +85,107 @@ def fp8_grouped_gemm(qa, qb, offsets, out=None, version=None):
                    version=version)
     on_device = V.is_device_array(qa.data) or V.is_device_array(qb.data)
     return y if (on_device or out is not None) else y.copy_to_host()
+
+
+@cuda.jit
+def _copy_cols_kernel(src, c0, dst):
+    """dst[r, c] = src[r, c0 + c] (a block per row, grid-stride, threads along the row)."""
+    r = cuda.blockIdx.x
+    while r < dst.shape[0]:
+        for c in range(cuda.threadIdx.x, dst.shape[1], cuda.blockDim.x):
+            dst[r, c] = src[r, c0 + c]
+        r += cuda.gridDim.x
+
+
+@cuda.jit
+def _zero_kernel(a):
+    r = cuda.blockIdx.x
+    while r < a.shape[0]:
+        for c in range(cuda.threadIdx.x, a.shape[1], cuda.blockDim.x):
+            a[r, c] = 0
+        r += cuda.gridDim.x
+
+
+def _cols(src, c0: int, width: int):
+    """A contiguous copy of src[:, c0:c0 + width] (device arrays)."""
+    dst = cuda.device_array((src.shape[0], width), src.dtype)
+    _copy_cols_kernel[max(1, min(src.shape[0], runtime.MAX_BLOCKS)), runtime.block_threads(128)](src, c0, dst)
+    return dst
+
+
+def _wgrad_operands(qdyt, qxt):
+    for name, q in (("qdyt", qdyt), ("qxt", qxt)):
+        if not all(hasattr(q, a) for a in ("data", "scale", "granularity", "fmt")):
+            raise TypeError(f"{name} must be a QuantizedTensor, got {V.describe(q)}")
+        if q.granularity != "tile" or getattr(q, "block", GROUP_K) not in (None, GROUP_K):
+            raise ValueError(f"{name} must have granularity 'tile' with block {GROUP_K} (1 x 128 tiles along the "
+                             f"tokens), got {q.granularity!r} (block {getattr(q, 'block', None)!r})")
+    a = V.array("qdyt.data", qdyt.data, dtype=np.uint8, ndim=2)
+    b = V.array("qxt.data", qxt.data, dtype=np.uint8, ndim=2)
+    (N, M), (K, M2) = a.shape, b.shape
+    if M != M2:
+        raise ValueError(f"qdyt and qxt must cover the same tokens (their second dimension): qdyt.data is {a.shape}, "
+                         f"qxt.data {b.shape}")
+    sa = V.array("qdyt.scale", qdyt.scale, dtype=np.float32, shape=spec.scale_shape("tile", (N, M)))
+    sb = V.array("qxt.scale", qxt.scale, dtype=np.float32, shape=spec.scale_shape("tile", (K, M)))
+    return a, sa, b, sb, spec.fmt_name(qdyt.fmt, "qdyt.fmt"), spec.fmt_name(qxt.fmt, "qxt.fmt")
+
+
+def fp8_grouped_wgrad(qdyt, qxt, offsets, out=None, version=None):
+    """dW (E, N, K) float32: dW[e] = dequant(qdyt)[:, rows of e] @ dequant(qxt)[:, rows of e].T, each expert's weight
+    gradient summed over its tokens (0 for an expert with none).
+
+    qdyt: dy^T (N, M) and qxt: x^T (K, M), both quantized in 1 x 128 tiles along the M tokens
+    (fl.quantize(dy.T.copy(), granularity="tile")); offsets: E + 1 host integers as fp8_grouped_gemm takes them
+    (multiples of 128, so no tile spans two experts). out: a float32 (E, N, K) device array (None: a new one).
+    version: as fp8_grouped_gemm. Each expert's result is bit for bit fl.fp8_gemm of its columns."""
+    a, sa, b, sb, fa, fb = _wgrad_operands(qdyt, qxt)
+    (N, M), K = a.shape, b.shape[0]
+    E = np.shape(offsets)[0] - 1 if np.ndim(offsets) == 1 and np.shape(offsets)[0] >= 2 else 0
+    if E < 1:
+        raise ValueError(f"offsets must be E + 1 >= 2 integers (each expert's first token, then M), got "
+                         f"{V.describe(offsets)}")
+    off = check_offsets(offsets, M, E)
+    version = V.version("version", version, VERSIONS, default=best_version())
+    if version in PERSISTENT_VERSIONS:
+        raise ValueError(f"version must not be a persistent one {PERSISTENT_VERSIONS} (its grid is sized per call), "
+                         f"got {version}")
+    check_device(version)
+    if out is None:
+        dw = cuda.device_array((E, N, K), np.float32)
+    else:
+        dw = V.array("out", out, dtype=np.float32, shape=(E, N, K))
+        if not V.is_device_array(dw):
+            raise TypeError(f"out must be a device array, got {V.describe(out)}")
+    da, dsa, db, dsb = (runtime.to_device(x) for x in (a, sa, b, sb))
+    for e in range(E):
+        r0, r1 = int(off[e]), int(off[e + 1])
+        if r1 == r0:
+            _zero_kernel[max(1, min(N, runtime.MAX_BLOCKS)), runtime.block_threads(128)](dw[e])
+            continue
+        g0, g1 = r0 // GROUP_K, r1 // GROUP_K
+        launch(_cols(da, r0, r1 - r0), _cols(dsa, g0, g1 - g0), _cols(db, r0, r1 - r0), _cols(dsb, g0, g1 - g0), dw[e],
+               ScaleKind.TILE, ScaleKind.TILE, fa, fb, version=version)
+    on_device = V.is_device_array(qdyt.data) or V.is_device_array(qxt.data)
+    return dw if (on_device or out is not None) else dw.copy_to_host()
+
+
+def reference_grouped_wgrad(qdyt, qxt, offsets) -> np.ndarray:
+    """float64 (E, N, K): each expert's dequant(qdyt)[:, rows] @ dequant(qxt)[:, rows].T (0 for an empty one)."""
+    a, sa, b, sb, fa, fb = _wgrad_operands(qdyt, qxt)
+    (N, M), K = a.shape, b.shape[0]
+    off = check_offsets(offsets, M, len(offsets) - 1)
+    a, sa, b, sb = (runtime.to_host(x) for x in (a, sa, b, sb))
+    out = np.zeros((len(off) - 1, N, K))
+    for e in range(len(off) - 1):
+        r0, r1 = int(off[e]), int(off[e + 1])
+        if r1 > r0:
+            g0, g1 = r0 // GROUP_K, r1 // GROUP_K
+            out[e] = reference64(spec.QuantizedTensor(np.ascontiguousarray(a[:, r0:r1]), sa[:, g0:g1].copy(), fa,
+                                                      "tile"),
+                                 spec.QuantizedTensor(np.ascontiguousarray(b[:, r0:r1]), sb[:, g0:g1].copy(), fb,
+                                                      "tile"))
+    return out
 
 
 def reference_grouped(qa, qb, offsets) -> np.ndarray:
