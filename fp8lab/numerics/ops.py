@@ -7,6 +7,7 @@ values a kernel's error is bounded against, not a program to follow.
 
 - rmsnorm / rmsnorm_backward: z = x * rstd * g, rstd = 1 / sqrt(mean(x^2) + eps)
 - swiglu / swiglu_backward: h = silu(a) * b for u = [a | b]
+- attention / attention_backward: causal softmax(q k^T / sqrt(D)) v, with q, k, v rounded to bfloat16 or not
 - cross_entropy: mean softmax cross-entropy (nats) and its gradient, the row max subtracted first
 - mse: mean squared error and its gradient (the teacher task)
 - adamw_moments / adamw_params: one AdamW step, decoupled weight decay, moments stored in float32 or bfloat16
@@ -54,6 +55,32 @@ def swiglu_backward(dh, u):
     a, b = u[:, :F], u[:, F:]
     s = sigmoid(a)
     return np.concatenate([dh * b * s * (_ONE + a * (_ONE - s)), dh * a * s], axis=1).astype(F32)
+
+
+def attention(q, k, v, causal: bool = True, bf16: bool = True):
+    """(o, p): o = softmax(q k^T / sqrt(D) + mask) v for q, k, v (..., T, D) float32, the row max subtracted first;
+    bf16: q, k and v rounded to bfloat16 first (attention in BF16, as DeepSeek-V3 runs it); p the probabilities."""
+    if bf16:
+        q, k, v = (formats.round_bf16(a) for a in (q, k, v))
+    T = q.shape[-2]
+    s = (q @ np.swapaxes(k, -1, -2) * F32(1 / np.sqrt(q.shape[-1]))).astype(F32)
+    if causal:
+        s = np.where(np.tri(T, dtype=bool), s, F32(-np.inf))
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = (e / e.sum(axis=-1, keepdims=True)).astype(F32)
+    return (p @ v).astype(F32), p
+
+
+def attention_backward(do, q, k, v, o, p, bf16: bool = True):
+    """(dq, dk, dv) for the output gradient do, from the forward's inputs, o and probabilities p (the bfloat16
+    rounding, where the forward made it, passes gradients straight through)."""
+    if bf16:
+        q, k, v = (formats.round_bf16(a) for a in (q, k, v))
+    scale = F32(1 / np.sqrt(q.shape[-1]))
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (do * o).sum(axis=-1, keepdims=True))
+    return ((ds @ k) * scale).astype(F32), ((np.swapaxes(ds, -1, -2) @ q) * scale).astype(F32), \
+        (np.swapaxes(p, -1, -2) @ do).astype(F32)
 
 
 def cross_entropy(logits, targets):
