@@ -39,8 +39,9 @@ def quantize(x, fmt="e4m3", granularity: str = "tensor", block: int = 128, pow2_
     granularity: "tensor" (any shape but 0-d, one scale), or for a 2-D x (M, K): "row" (1 x K groups), "tile"
     (1 x block along K: DeepSeek-V3 activations), "block" (block x block: DeepSeek-V3 weights), "mx" (1 x 32,
     E8M0 power-of-two scales, OCP MX). "block" also takes a 3-D x (E, N, K), one weight per routed expert: each
-    x[e] gets its own blocks, scale (E, ceil(N/block), ceil(K/block)) (the operand fl.fp8_grouped_gemm takes). Groups at the right/bottom edge are partial when K (M) is not a multiple
-    of the group size: their amax is over the elements that exist. block: a positive int up to MAX_GROUP
+    x[e] gets its own blocks, scale (E, ceil(N/block), ceil(K/block)) (the operand fl.fp8_grouped_gemm takes).
+    Groups at the right/bottom edge are partial when K (M) is not a multiple of the group size: their amax is over
+    the elements that exist. block: a positive int up to MAX_GROUP
     (1024) for "tile" and "block"; ignored, and not checked, for "tensor", "row" and "mx". fmt: "e4m3" or
     "e5m2" in any spelling formats.get_format takes ("E4M3", "float8_e4m3fn", fl.E4M3).
 

@@ -1,4 +1,4 @@
-"""Attention (fp8lab/kernels/attention.py): both forward versions and the backward against the float64 references of
+"""Attention (fp8lab/kernels/attention.py): the three forward versions and the backward against the float64 references of
 the bfloat16-rounded inputs, within the elementwise float32 bound (`tolerance`), causal and not; the bound is tight
 enough to see a missing bfloat16 rounding; bad input named. Outputs are poisoned with NaN before each launch (the
 module's checks, which tests/test_contract.py runs, do the same on the simulator's small shapes); realistic shapes
@@ -62,6 +62,27 @@ def test_the_bound_sees_a_missing_bfloat16_rounding(rng):
     assert (np.abs(p @ v.astype(np.float64) - ref) > 4 * tol["o"]).any()
 
 
+def test_warps_sharing_a_block(rng):
+    """The simulator's default is one warp a block; here version 3 with 2 and 3 warps (32 and 48 queries a block)
+    and version 1's softmax with 2 rows a block, on poisoned outputs."""
+    q, k, v, _ = A.make_inputs(rng, (1, 2, 37, 32))
+    ref_o, ref_lse = A.reference(q, k, v)
+    tol = A.tolerance(q, k, v, p_bf16=True)
+    flat = [cuda.to_device(a.reshape(2, 37, 32)) for a in (q, k, v)]
+    for warps in (2, 3):
+        o, lse = poisoned((2, 37, 32), np.float32), poisoned((2, 37), np.float32)
+        kernel = A.make_flash_mma_kernel(32)
+        kernel[(-(-37 // (16 * warps)), 2), 32 * warps](*flat, o, lse, np.float32(1 / np.sqrt(32)), 1)
+        assert_close(f"v3, {warps} warps", o.copy_to_host().reshape(q.shape), ref_o, atol=tol["o"], rtol=0)
+        assert_close(f"v3 lse, {warps} warps", lse.copy_to_host().reshape(q.shape[:3]), ref_lse, atol=tol["lse"],
+                     rtol=0)
+    s = cuda.device_array((2, 37, 37), np.float32)
+    A.scores_kernel[(2, 5, 2), (32, 8)](*flat[:2], s, np.float32(1 / np.sqrt(32)), 1)
+    lse = poisoned((2, 37), np.float32)
+    A.softmax_rows_kernel[3, 64](s, lse)
+    assert_close("softmax rows, 2 warps", lse.copy_to_host().reshape(q.shape[:3]), ref_lse, atol=tol["lse"], rtol=0)
+
+
 def test_device_arrays_in_device_arrays_out(rng):
     q, k, v, do = (cuda.to_device(a) for a in A.make_inputs(rng, (1, 2, 5, 8)))
     o, lse = A.attention(q, k, v, causal=False, version=1, return_lse=True)
@@ -81,6 +102,8 @@ BAD = [
     (lambda q, k, v: A.attention(q, k[:, :1], v), ValueError, r"^k must have shape \(1, 2, 5, 8\)"),
     (lambda q, k, v: A.attention(q, k, v.astype(np.float64)), TypeError, r"^v must have dtype float32"),
     (lambda q, k, v: A.attention(q, k, v, causal=1), TypeError, r"^causal must be a bool"),
+    (lambda q, k, v: A.attention(*[np.zeros((65536, 1, 1, 8), np.float32)] * 3), ValueError,
+     r"^q must have B \* H <= 65535"),
     (lambda q, k, v: A.attention(q, k, v, version=4), ValueError, r"^version must be None or an int in \(1, 2, 3\)"),
     (lambda q, k, v: A.attention_backward(q, k, v, q, q, q), ValueError, r"^lse must have shape \(1, 2, 5\)"),
     (lambda q, k, v: A.attention_backward(q, k, v, q[..., :4], q, q[..., 0]), ValueError,

@@ -57,6 +57,20 @@ def test_unpermute_and_backwards_match_the_references(rng):
     assert is_device_array(d_rows) and np.array_equal(d_rows.copy_to_host(), rows)
 
 
+def test_unpermute_kernels_write_every_output(rng):
+    """unpermute's and permute_backward's kernels on outputs poisoned with NaN, more tokens than blocks."""
+    T, k, E, D = 30, 2, 3, 12
+    ids, gates = P.make_routing(rng, T, k, E)
+    _, _, slots = P.reference(np.zeros((T, D), np.float32), ids, E)
+    y = rng.standard_normal((int(slots.max()) + 1, D), dtype=np.float32)
+    out = poisoned((T, D), np.float32)
+    P.unpermute_kernel[7, P.THREADS](cuda.to_device(y), cuda.to_device(slots), cuda.to_device(gates), out)
+    assert np.array_equal(out.copy_to_host(), P.reference_unpermute(y, slots, gates))
+    dx = poisoned((T, D), np.float32)
+    P.gather_grad_kernel[7, P.THREADS](cuda.to_device(y), cuda.to_device(slots), dx)
+    assert np.array_equal(dx.copy_to_host(), P.reference_permute_backward(y, slots))
+
+
 def _args(rng):
     x = rng.standard_normal((6, 4), dtype=np.float32)
     ids, gates = P.make_routing(rng, 6, 2, 3)
@@ -74,6 +88,10 @@ BAD = [
     (lambda x, ids, g: P.unpermute(x, ids, g[:, :1]), ValueError, r"^gates must have shape \(6, 2\)"),
     (lambda x, ids, g: P.unpermute(x, ids.astype(np.int64), g), TypeError, r"^slots must have dtype int32"),
     (lambda x, ids, g: P.unpermute_backward(x[:, :3], x, ids, g), ValueError, r"^dout must have shape \(6, 4\)"),
+    (lambda x, ids, g: P.unpermute(x, ids + 5, g), ValueError, r"^slots must lie in \[0, 6\)"),
+    (lambda x, ids, g: P.permute_backward(x, ids - 3), ValueError, r"^slots must lie in \[0, 6\)"),
+    (lambda x, ids, g: P.unpermute_backward(x, x, np.zeros((6, 2), np.int32), g), ValueError,
+     r"^slots must all be different"),
 ]
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fp8lab._validate import is_device_array
-from fp8lab.bench import assert_close
+from fp8lab.bench import assert_close, poisoned
 from fp8lab.device.runtime import cuda
 from fp8lab.kernels import router as R
 
@@ -26,6 +26,20 @@ def test_route_matches_the_reference(rng, T, E, k):
         assert np.array_equal(ids.copy_to_host(), want_ids)
         assert_close("gates", gates.copy_to_host(), want_gates, atol=0, rtol=2.0**-23)
         assert np.allclose(gates.copy_to_host().sum(axis=1), 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("warps", [1, 2])
+def test_route_kernel_on_poisoned_outputs_with_warps_sharing_a_block(rng, warps):
+    """The kernel through its launch configuration by hand: outputs poisoned first, one warp per token and (under the
+    simulator too) two tokens per block, grid-stride over more tokens than the grid holds."""
+    T, E, k = 13, 40, 3
+    logits = rng.standard_normal((T, E), dtype=np.float32) * np.float32(3)
+    ids = cuda.to_device(np.full((T, k), -1, np.int32))
+    gates = poisoned((T, k), np.float32)
+    R.route_kernel[2, warps * 32](cuda.to_device(logits), cuda.to_device(np.zeros(E, np.float32)), k, ids, gates)
+    want_ids, want_gates = R.reference(logits, k)
+    assert np.array_equal(ids.copy_to_host(), want_ids)
+    assert_close("gates", gates.copy_to_host(), want_gates, atol=0, rtol=2.0**-23)
 
 
 def test_update_bias_moves_loads_toward_the_mean(rng):
@@ -48,7 +62,14 @@ BAD = [
     (lambda: R.route(np.zeros((4, 8), np.float32), 2, np.zeros(7, np.float32)), ValueError,
      r"^bias must have shape \(8,\)"),
     (lambda: R.update_bias(cuda.to_device(np.zeros(3, np.float32)), cuda.to_device(np.zeros(4, np.int32)), -1),
-     ValueError, r"^gamma must be a number >= 0"),
+     ValueError, r"^gamma must be a finite number >= 0"),
+    (lambda: R.update_bias(cuda.to_device(np.zeros(3, np.float32)), cuda.to_device(np.zeros(3, np.int32)), 0.1),
+     ValueError, r"^offsets must have shape \(4,\)"),
+    (lambda: R.update_bias(np.zeros(3, np.float32), np.zeros(4, np.int32), 0.1), TypeError,
+     r"^bias and offsets must be device arrays"),
+    (lambda: R.route(np.full((2, 8), np.nan, np.float32), 2), ValueError, r"^logits must be finite"),
+    (lambda: R.route(np.zeros((2, 8), np.float32), 2, np.full(8, np.inf, np.float32)), ValueError,
+     r"^bias must be finite"),
 ]
 
 

@@ -74,5 +74,9 @@ def test_bad_sizes_are_named():
         TR.TransformerConfig(11, 5, 8, 3, 1, 3, 2, 6)
     with pytest.raises(ValueError, match=r"^top_k must be at most experts \(3\)"):
         TR.TransformerConfig(11, 5, 8, 2, 1, 3, 4, 6)
+    with pytest.raises(ValueError, match=r"^update_biases needs the loads of a forward"):
+        TR.TransformerModel(CFG, "fp32").update_biases(0.01)
+    with pytest.raises(ValueError, match=r"^gamma must be a finite number >= 0"):
+        TR.X.update_bias(np.zeros(3, np.float32), np.ones(3), float("nan"))
     with pytest.raises(ValueError, match=r"^ids and targets must be \(B, 5\)"):
         TR.TransformerModel(CFG, "fp32").loss(TR.init_params(CFG), np.zeros((2, 4), int), np.zeros((2, 4), int))

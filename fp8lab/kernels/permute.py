@@ -203,10 +203,16 @@ def permute(x, expert_ids, experts: int, *, scratch: Scratch | None = None):
     return rows, offsets, slots
 
 
-def _slots(slots, T: int | None = None):
+def _slots(slots, rows: int, distinct: bool = False):
+    """slots checked: int32 (T, k), every value a row of the rows array (in [0, rows)), all different with
+    distinct (unpermute_backward writes one row per slot: a repeat would be a race)."""
     s = V.array("slots", slots, dtype=np.int32, ndim=2)
-    if T is not None and s.shape[0] != T:
-        raise ValueError(f"slots must have {T} rows (one per token), got {V.describe(s)}")
+    host = runtime.to_host(s)
+    if host.size and (host.min() < 0 or host.max() >= rows):
+        raise ValueError(f"slots must lie in [0, {rows}) (the rows of the experts' array), got values from "
+                         f"{host.min()} to {host.max()}")
+    if distinct and len(np.unique(host)) != host.size:
+        raise ValueError("slots must all be different (permute gives each (token, choice) its own row), got a repeat")
     return s
 
 
@@ -214,7 +220,7 @@ def unpermute(y, slots, gates):
     """out (T, D) float32: out[t] = sum_j gates[t, j] * y[slots[t, j]], j in order. y (R, D) float32 (the experts'
     outputs, permute's row order), slots (T, k) int32 from permute, gates (T, k) float32."""
     y = V.array("y", y, dtype=np.float32, ndim=2)
-    s = _slots(slots)
+    s = _slots(slots, y.shape[0])
     gates = V.array("gates", gates, dtype=np.float32, shape=tuple(s.shape))
     out = cuda.device_array((s.shape[0], y.shape[1]), np.float32)
     unpermute_kernel[_grid(s.shape[0]), THREADS](runtime.to_device(y), runtime.to_device(s), runtime.to_device(gates),
@@ -227,9 +233,10 @@ def unpermute_backward(dout, y, slots, gates):
     owns (padding); dgates (T, k) float32, dgates[t, j] = dout[t] . y[slots[t, j]] (a block's partial sums added
     in thread order)."""
     y = V.array("y", y, dtype=np.float32, ndim=2)
-    s = _slots(slots)
-    dout = V.array("dout", dout, dtype=np.float32, shape=(s.shape[0], y.shape[1]))
-    gates = V.array("gates", gates, dtype=np.float32, shape=tuple(s.shape))
+    shape = tuple(V.array("slots", slots, dtype=np.int32, ndim=2).shape)
+    dout = V.array("dout", dout, dtype=np.float32, shape=(shape[0], y.shape[1]))
+    gates = V.array("gates", gates, dtype=np.float32, shape=shape)
+    s = _slots(slots, y.shape[0], distinct=True)
     dy = cuda.device_array(y.shape, np.float32)
     dgates = cuda.device_array(s.shape, np.float32)
     zero_rows_kernel[_grid(y.shape[0]), THREADS](dy)
@@ -243,7 +250,7 @@ def unpermute_backward(dout, y, slots, gates):
 def permute_backward(drows, slots):
     """dx (T, D) float32 of permute: dx[t] = sum_j drows[slots[t, j]], j in order."""
     drows = V.array("drows", drows, dtype=np.float32, ndim=2)
-    s = _slots(slots)
+    s = _slots(slots, drows.shape[0])
     dx = cuda.device_array((s.shape[0], drows.shape[1]), np.float32)
     gather_grad_kernel[_grid(s.shape[0]), THREADS](runtime.to_device(drows), runtime.to_device(s), dx)
     return dx if V.is_device_array(drows) or V.is_device_array(slots) else dx.copy_to_host()

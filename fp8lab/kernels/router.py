@@ -70,8 +70,8 @@ def route_kernel(logits, bias, k, ids, gates):
             picked[j] = who  # every lane has the warp's choice after the butterfly
             vals[j] = _pick(s, who, lane)
             total += vals[j]
-            if who % WARP_SIZE == lane:  # the owner takes it out of the next rounds
-                sel[who // WARP_SIZE] = _NEG_INF
+            if who < E and who % WARP_SIZE == lane:  # the owner takes it out of the next rounds (who == E: no
+                sel[who // WARP_SIZE] = _NEG_INF      # finite candidate was left, a NaN row: nothing to take out)
         if lane == 0:  # the gates: the selected sigmoids over their sum, rounded once
             for j in range(k):
                 ids[t, j] = picked[j]
@@ -82,7 +82,7 @@ def route_kernel(logits, bias, k, ids, gates):
 @cuda.jit(device=True)
 def _pick(s, who, lane):
     """The chosen expert's sigmoid, broadcast to the warp from its owner (a shuffle sum of one nonzero term)."""
-    v = s[who // WARP_SIZE] if who % WARP_SIZE == lane else 0.0
+    v = s[who // WARP_SIZE] if who % WARP_SIZE == lane and who // WARP_SIZE < PER_LANE else 0.0
     off = WARP_SIZE // 2
     while off > 0:
         v += shfl_xor_sync(FULL_MASK, v, off)
@@ -127,6 +127,10 @@ def route(logits, top_k: int, bias=None):
     if top_k > min(E, MAX_K):
         raise ValueError(f"top_k must be at most the number of experts ({E}) and at most {MAX_K}, got {top_k}")
     b = np.zeros(E, np.float32) if bias is None else V.array("bias", bias, dtype=np.float32, shape=(E,))
+    for name, a in (("logits", logits), ("bias", b)):  # on the device unchecked: a NaN row gives id E, which
+        if not V.is_device_array(a) and not np.isfinite(a).all():  # permute refuses
+            raise ValueError(f"{name} must be finite (a NaN or Inf cannot be ranked), got "
+                             f"{int((~np.isfinite(a)).sum())} non-finite value(s) in {V.describe(a)}")
     ids = cuda.device_array((T, top_k), np.int32)
     gates = cuda.device_array((T, top_k), np.float32)
     launch_route(runtime.to_device(logits), runtime.to_device(b), top_k, ids, gates)
@@ -140,8 +144,13 @@ def update_bias(bias, offsets, gamma: float) -> None:
     more tokens than the mean, += gamma for fewer (offsets (E + 1,) int32 device array: each expert's first row
     before padding, as permute's Scratch.offsets; an expert at the mean keeps its bias)."""
     gamma = float(gamma)
-    if not gamma >= 0:
-        raise ValueError(f"gamma must be a number >= 0 (the bias update speed), got {gamma!r}")
+    if not 0 <= gamma < np.inf:
+        raise ValueError(f"gamma must be a finite number >= 0 (the bias update speed), got {gamma!r}")
+    bias = V.array("bias", bias, dtype=np.float32, ndim=1)
+    offsets = V.array("offsets", offsets, dtype=np.int32, shape=(bias.size + 1,))
+    if not (V.is_device_array(bias) and V.is_device_array(offsets)):
+        raise TypeError(f"bias and offsets must be device arrays (updated in place on the device), got "
+                        f"{V.describe(bias)} and {V.describe(offsets)}")
     update_bias_kernel[runtime.grid_1d(bias.size, 32)](bias, offsets, np.float32(gamma))
 
 

@@ -122,6 +122,11 @@ class ExpertLayer:
 def update_bias(bias, loads, gamma: float) -> np.ndarray:
     """DeepSeek-V3's bias step: bias - gamma where an expert got more tokens than the mean, + gamma where fewer
     (float32; kernels.router.update_bias does the same on the device)."""
+    gamma = float(gamma)
+    if not 0 <= gamma < np.inf:
+        raise ValueError(f"gamma must be a finite number >= 0 (the bias update speed), got {gamma!r}")
+    if loads is None:
+        raise ValueError("loads must be the tokens each expert got (ExpertLayer.loads after a forward), got None")
     loads = np.asarray(loads, np.float64)
     step = np.where(loads > loads.mean(), -F32(gamma), np.where(loads < loads.mean(), F32(gamma), F32(0)))
     return (np.asarray(bias, F32) + step.astype(F32)).astype(F32)

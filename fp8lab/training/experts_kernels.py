@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _validate as V
 from .. import quant
 from ..device.runtime import cuda
 from ..kernels import elementwise, fp8_gemm, gemm, permute, router, swiglu
@@ -63,7 +64,7 @@ class _DeviceMLP:
 
     def forward(self, x, w1, w2):
         r = self.r
-        self.qx, self.w1, self.w2 = _q(x, r.fprop.a), w1, w2
+        self.x, self.qx, self.w1, self.w2 = x, _q(x, r.fprop.a), w1, w2
         self.u = fp8_gemm.fp8_gemm(self.qx, _q(w1, r.fprop.b))
         self.h = swiglu.forward(self.u)
         self.qh = _q(self.h, r.fprop.a)
@@ -75,7 +76,7 @@ class _DeviceMLP:
         dw2 = fp8_gemm.fp8_gemm(_q(_t(dy), r.wgrad.a), _xt(r, self.qh, self.h))
         du = swiglu.backward(self.u, dh)
         dx = fp8_gemm.fp8_gemm(_q(du, r.dgrad.a), _q(_t(self.w1), r.dgrad.b))
-        dw1 = fp8_gemm.fp8_gemm(_q(_t(du), r.wgrad.a), _xt(r, self.qx, None))
+        dw1 = fp8_gemm.fp8_gemm(_q(_t(du), r.wgrad.a), _xt(r, self.qx, self.x))
         return dx, dw1, dw2
 
 
@@ -93,10 +94,23 @@ class DeviceExpertLayer:
 
     def __init__(self, recipe, experts: int, top_k: int):
         self.r = _check_recipe(recipe)
-        self.experts, self.top_k = experts, top_k
+        self.experts, self.top_k = V.positive_int("experts", experts), V.positive_int("top_k", top_k)
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k must be at most experts ({self.experts}), got {self.top_k}")
 
     def forward(self, x, params: dict, bias=None):
         r, E = self.r, self.experts
+        x = V.array("x", x, dtype=F32, ndim=2)
+        T, D = x.shape
+        want = {"wr": (E, D), "w1": (E, None, D), "w2": (E, D, None)}
+        for name, shape in want.items():
+            got = tuple(params[name].shape)
+            if len(got) != len(shape) or any(w is not None and g != w for g, w in zip(got, shape)):
+                raise ValueError(f"params[{name!r}] must have shape {shape} (None: any; E = {E} experts, D = {D} "
+                                 f"the width of x), got {got}")
+        if params["w1"].shape[1] != 2 * params["w2"].shape[2]:
+            raise ValueError(f"params['w1'] must be (E, 2F, D) for params['w2'] (E, D, F), got {params['w1'].shape} "
+                             f"and {params['w2'].shape}")
         self.x, self.p = x, params
         self.logits = gemm.gemm(x, _t(params["wr"]))
         b = bias if bias is not None else cuda.to_device(np.zeros(E, F32))

@@ -149,4 +149,6 @@ class TransformerModel:
 
     def update_biases(self, gamma: float) -> None:
         """Each block's balancing bias, one step of DeepSeek-V3's rule from the last forward's loads."""
+        if any(loads is None for loads in self.loads):
+            raise ValueError("update_biases needs the loads of a forward: call loss() first")
         self.biases = [X.update_bias(b, loads, gamma) for b, loads in zip(self.biases, self.loads)]
