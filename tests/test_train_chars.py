@@ -152,15 +152,14 @@ def test_pytorch_rung_follows_the_reference_engine():
 @pytest.mark.slow
 def test_step_breakdown_names_every_op(chars_runs, monkeypatch):
     """The simulator times nothing (breakdown None); with its events standing in for a GPU's (each interval 1 ms),
-    every op class of a step is marked, and the intervals per step add up to the marks made; once the step is a
-    CUDA graph, its forward and backward are profiled again as a graph (graph_breakdown)."""
+    every op class of a step is marked, and the intervals per step add up to the marks made; graph_breakdown
+    profiles the forward and backward again as one graph."""
     from fp8lab.training import engine_kernels as lm_engine
 
     assert chars_runs["fp8-deepseek", "kernels"].breakdown is None and chars_runs["fp32", "reference"].breakdown is None
     monkeypatch.setattr(lm_engine.StepProfile, "timed", staticmethod(lambda: True))
     monkeypatch.setattr(lm_engine.cuda, "event_elapsed_time", lambda a, b: 1.0, raising=False)
-    h = fp8lab.train("fp8-deepseek", steps=T.PROFILE_SKIP + T.PROFILE_STEPS + 1, progress=False, graph=True, **SMALL)
-    assert h.graph
+    h = fp8lab.train("fp8-deepseek", steps=T.PROFILE_SKIP + 1, progress=False, **SMALL)
     # no "residual add": W2's GEMM and the RMSNorm backward add the residual in their epilogues
     want = {"batch to device", "embedding", "RMSNorm", "quantize", "GEMM Fprop", "SwiGLU",
             "output head (float32)", "softmax cross-entropy", "RMSNorm backward", "SwiGLU backward", "GEMM Dgrad",
@@ -168,7 +167,16 @@ def test_step_breakdown_names_every_op(chars_runs, monkeypatch):
     assert set(h.breakdown) == want, set(h.breakdown) ^ want
     assert list(h.breakdown.values()) == sorted(h.breakdown.values(), reverse=True)
     assert h.breakdown["GEMM Fprop"] == 2 * SMALL["blocks"] and h.breakdown["AdamW"] == 1  # 1 ms per mark
-    # the captured step's forward and backward profiled again as a graph: the same marks, but those outside net.run
+    # a step's forward and backward profiled as one graph (what fl.train does after the capture): the same marks,
+    # but those outside net.run, and the eager profile left as it was
+    from fp8lab.training import model
+
+    cfg = T.prepare("fp8-deepseek", **SMALL).cfg
+    net = lm_engine.KernelModel(cfg, "fp8-deepseek", SMALL["batch"], model.init_params(cfg, 0))
+    rng = np.random.default_rng(0)
+    net.loss(rng.integers(0, cfg.vocab, (SMALL["batch"], cfg.context)), rng.integers(0, cfg.vocab, SMALL["batch"]))
+    graphed = lm_engine.graph_breakdown(net, 2)
     outside = {"batch to device", "loss to host", "AdamW", "EMA copy to host"}
-    assert set(h.graph_breakdown) == want - outside, set(h.graph_breakdown) ^ (want - outside)
-    assert all(h.graph_breakdown[k] == h.breakdown[k] for k in h.graph_breakdown), (h.graph_breakdown, h.breakdown)
+    assert set(graphed) == want - outside, set(graphed) ^ (want - outside)
+    assert all(graphed[k] == h.breakdown[k] for k in graphed), (graphed, h.breakdown)
+    assert net.prof.steps == 0 and all(lin.prof is net.prof for lin in net.lin1 + net.lin2)
