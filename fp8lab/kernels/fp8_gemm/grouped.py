@@ -22,6 +22,7 @@ from ...device import runtime
 from ...device.runtime import cuda
 from ...numerics import spec
 from ...numerics.spec import GROUP_K, ScaleKind
+from ..common import zero_rows_kernel
 from .host import check_device, launch, output
 from .reference import reference64
 from .table import PERSISTENT_VERSIONS, VERSIONS, best_version
@@ -59,6 +60,17 @@ def _operands(qa, qb):
     return a, sa, b, sb, spec.fmt_name(qa.fmt, "qa.fmt"), spec.fmt_name(qb.fmt, "qb.fmt")
 
 
+def _version(version) -> int:
+    """A grouped GEMM's fp8_gemm version: checked, not the persistent one (its grid is sized per call), runnable
+    here; None: best_version()."""
+    version = V.version("version", version, VERSIONS, default=best_version())
+    if version in PERSISTENT_VERSIONS:
+        raise ValueError(f"version must not be a persistent one {PERSISTENT_VERSIONS} (its grid is sized per call), "
+                         f"got {version}")
+    check_device(version)
+    return version
+
+
 def fp8_grouped_gemm(qa, qb, offsets, out=None, version=None):
     """y (M, N) float32: rows offsets[e]:offsets[e + 1] of y = dequant(those rows of qa) @ dequant(qb[e]).T.
 
@@ -71,11 +83,7 @@ def fp8_grouped_gemm(qa, qb, offsets, out=None, version=None):
     a, sa, b, sb, fa, fb = _operands(qa, qb)
     (M, K), (E, N, _) = a.shape, b.shape
     off = check_offsets(offsets, M, E)
-    version = V.version("version", version, VERSIONS, default=best_version())
-    if version in PERSISTENT_VERSIONS:
-        raise ValueError(f"version must not be a persistent one {PERSISTENT_VERSIONS} (its grid is sized per call), "
-                         f"got {version}")
-    check_device(version)
+    version = _version(version)
     y = output(out, M, N)
     da, dsa, db, dsb = (runtime.to_device(x) for x in (a, sa, b, sb))
     for e in range(E):
@@ -94,15 +102,6 @@ def _copy_cols_kernel(src, c0, dst):
     while r < dst.shape[0]:
         for c in range(cuda.threadIdx.x, dst.shape[1], cuda.blockDim.x):
             dst[r, c] = src[r, c0 + c]
-        r += cuda.gridDim.x
-
-
-@cuda.jit
-def _zero_kernel(a):
-    r = cuda.blockIdx.x
-    while r < a.shape[0]:
-        for c in range(cuda.threadIdx.x, a.shape[1], cuda.blockDim.x):
-            a[r, c] = 0
         r += cuda.gridDim.x
 
 
@@ -146,22 +145,13 @@ def fp8_grouped_wgrad(qdyt, qxt, offsets, out=None, version=None):
         raise ValueError(f"offsets must be E + 1 >= 2 integers (each expert's first token, then M), got "
                          f"{V.describe(offsets)}")
     off = check_offsets(offsets, M, E)
-    version = V.version("version", version, VERSIONS, default=best_version())
-    if version in PERSISTENT_VERSIONS:
-        raise ValueError(f"version must not be a persistent one {PERSISTENT_VERSIONS} (its grid is sized per call), "
-                         f"got {version}")
-    check_device(version)
-    if out is None:
-        dw = cuda.device_array((E, N, K), np.float32)
-    else:
-        dw = V.array("out", out, dtype=np.float32, shape=(E, N, K))
-        if not V.is_device_array(dw):
-            raise TypeError(f"out must be a device array, got {V.describe(out)}")
+    version = _version(version)
+    dw = output(out, E, N, K)
     da, dsa, db, dsb = (runtime.to_device(x) for x in (a, sa, b, sb))
     for e in range(E):
         r0, r1 = int(off[e]), int(off[e + 1])
         if r1 == r0:
-            _zero_kernel[max(1, min(N, runtime.MAX_BLOCKS)), runtime.block_threads(128)](dw[e])
+            zero_rows_kernel[max(1, min(N, runtime.MAX_BLOCKS)), runtime.block_threads(128)](dw[e])
             continue
         g0, g1 = r0 // GROUP_K, r1 // GROUP_K
         launch(_cols(da, r0, r1 - r0), _cols(dsa, g0, g1 - g0), _cols(db, r0, r1 - r0), _cols(dsb, g0, g1 - g0), dw[e],

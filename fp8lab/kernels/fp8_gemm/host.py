@@ -57,11 +57,11 @@ def _check_residual(version: int) -> None:
                          f"got version {version}")
 
 
-def output(out, M: int, N: int):
-    """The float32 (M, N) device array a GEMM writes: out, checked, or a new one when out is None."""
+def output(out, *shape: int):
+    """The float32 device array of `shape` a GEMM writes: out, checked, or a new one when out is None."""
     if out is None:
-        return cuda.device_array((M, N), np.float32)
-    y = V.array("out", out, dtype=np.float32, shape=(M, N))
+        return cuda.device_array(shape, np.float32)
+    y = V.array("out", out, dtype=np.float32, shape=shape)
     if not V.is_device_array(y):
         raise TypeError(f"out must be a device array, got {V.describe(out)}")
     return y
