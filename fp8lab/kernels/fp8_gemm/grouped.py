@@ -24,7 +24,7 @@ from ...numerics import spec
 from ...numerics.spec import GROUP_K, ScaleKind
 from ..common import zero_rows_kernel
 from .host import check_device, launch, output
-from .reference import reference64
+from .reference import check_operand, reference64
 from .table import PERSISTENT_VERSIONS, VERSIONS, best_version
 
 GROUP_ROWS = GROUP_K  # every group's rows are a multiple of this (DeepGEMM pads each expert's tokens so)
@@ -44,20 +44,13 @@ def check_offsets(offsets, M: int, E: int) -> np.ndarray:
 
 
 def _operands(qa, qb):
-    for name, q, want in (("qa", qa, "tile"), ("qb", qb, "block")):
-        if not all(hasattr(q, a) for a in ("data", "scale", "granularity", "fmt")):
-            raise TypeError(f"{name} must be a QuantizedTensor, got {V.describe(q)}")
-        if q.granularity != want or getattr(q, "block", GROUP_K) not in (None, GROUP_K):
-            raise ValueError(f"{name} must have granularity {want!r} with block {GROUP_K}, got {q.granularity!r} "
-                             f"(block {getattr(q, 'block', None)!r})")
-    a = V.array("qa.data", qa.data, dtype=np.uint8, ndim=2)
-    b = V.array("qb.data", qb.data, dtype=np.uint8, ndim=3)
-    (M, K), (E, N, K2) = a.shape, b.shape
-    if K != K2:
+    """qa (M, K) in 1 x 128 tiles and qb (E, N, K) in per-expert 128 x 128 blocks, checked: their data and scales,
+    then fmts."""
+    a, sa, fa = check_operand("qa", qa, "tile")
+    b, sb, fb = check_operand("qb", qb, "block", experts=True)
+    if a.shape[1] != b.shape[2]:
         raise ValueError(f"qa and qb must share K: qa.data is {a.shape}, qb.data {b.shape} (E, N, K)")
-    sa = V.array("qa.scale", qa.scale, dtype=np.float32, shape=spec.scale_shape("tile", (M, K)))
-    sb = V.array("qb.scale", qb.scale, dtype=np.float32, shape=(E,) + spec.scale_shape("block", (N, K)))
-    return a, sa, b, sb, spec.fmt_name(qa.fmt, "qa.fmt"), spec.fmt_name(qb.fmt, "qb.fmt")
+    return a, sa, b, sb, fa, fb
 
 
 def _version(version) -> int:
@@ -113,21 +106,13 @@ def _cols(src, c0: int, width: int):
 
 
 def _wgrad_operands(qdyt, qxt):
-    for name, q in (("qdyt", qdyt), ("qxt", qxt)):
-        if not all(hasattr(q, a) for a in ("data", "scale", "granularity", "fmt")):
-            raise TypeError(f"{name} must be a QuantizedTensor, got {V.describe(q)}")
-        if q.granularity != "tile" or getattr(q, "block", GROUP_K) not in (None, GROUP_K):
-            raise ValueError(f"{name} must have granularity 'tile' with block {GROUP_K} (1 x 128 tiles along the "
-                             f"tokens), got {q.granularity!r} (block {getattr(q, 'block', None)!r})")
-    a = V.array("qdyt.data", qdyt.data, dtype=np.uint8, ndim=2)
-    b = V.array("qxt.data", qxt.data, dtype=np.uint8, ndim=2)
-    (N, M), (K, M2) = a.shape, b.shape
-    if M != M2:
+    """qdyt (N, M) and qxt (K, M), both in 1 x 128 tiles along the M tokens, checked."""
+    a, sa, fa = check_operand("qdyt", qdyt, "tile")
+    b, sb, fb = check_operand("qxt", qxt, "tile")
+    if a.shape[1] != b.shape[1]:
         raise ValueError(f"qdyt and qxt must cover the same tokens (their second dimension): qdyt.data is {a.shape}, "
                          f"qxt.data {b.shape}")
-    sa = V.array("qdyt.scale", qdyt.scale, dtype=np.float32, shape=spec.scale_shape("tile", (N, M)))
-    sb = V.array("qxt.scale", qxt.scale, dtype=np.float32, shape=spec.scale_shape("tile", (K, M)))
-    return a, sa, b, sb, spec.fmt_name(qdyt.fmt, "qdyt.fmt"), spec.fmt_name(qxt.fmt, "qxt.fmt")
+    return a, sa, b, sb, fa, fb
 
 
 def fp8_grouped_wgrad(qdyt, qxt, offsets, out=None, version=None):

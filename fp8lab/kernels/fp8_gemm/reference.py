@@ -22,20 +22,26 @@ ALIGN = accum.GROUP  # products per alignment group of the limited accumulator (
 OPERAND_GRANULARITIES = ("tensor", "tile", "block")  # of spec.GRANULARITIES, the ones fp8_gemm takes
 
 
-def check_operand(name: str, q):
+def check_operand(name: str, q, granularity: str | None = None, experts: bool = False):
+    """(data, scale, fmt) of an fp8_gemm operand, checked. granularity: the one it must have (None: any of
+    OPERAND_GRANULARITIES); experts: data (E, rows, K), one matrix per routed expert, scale (E, ...) each expert's
+    (fl.quantize of a 3-D weight with granularity "block")."""
     for attr in ("data", "scale", "granularity", "fmt"):
         if not hasattr(q, attr):
             raise TypeError(f"{name} must be a QuantizedTensor (attributes data, scale, granularity, fmt), "
                             f"got {V.describe(q)} without .{attr}")
     V.choice(f"{name}.granularity", q.granularity, OPERAND_GRANULARITIES)
+    if granularity is not None and q.granularity != granularity:
+        raise ValueError(f"{name} must have granularity {granularity!r}, got {q.granularity!r}")
     fmt = spec.fmt_name(q.fmt, f"{name}.fmt")
     block = getattr(q, "block", None)
     if q.granularity != "tensor" and block not in (None, GROUP_K):
         raise ValueError(f"{name}.block must be {GROUP_K} for granularity {q.granularity!r} (the kernel's K-group), "
                          f"got {block!r}")
-    data = V.array(f"{name}.data", q.data, dtype=np.uint8, ndim=2)
-    rows, K = data.shape
-    scale = V.array(f"{name}.scale", q.scale, dtype=np.float32, shape=spec.scale_shape(q.granularity, (rows, K)))
+    data = V.array(f"{name}.data", q.data, dtype=np.uint8, ndim=3 if experts else 2)
+    rows, K = data.shape[-2:]
+    scale = V.array(f"{name}.scale", q.scale, dtype=np.float32,
+                    shape=data.shape[:-2] + spec.scale_shape(q.granularity, (rows, K)))
     return data, scale, fmt
 
 
