@@ -2,7 +2,8 @@
 (DeepSeek-V3, arXiv 2412.19437: routing 2.1.2, FP8 dispatch 3.3).
 
 - `route`: expert ids and gate weights per token from router logits (sigmoid + normalisation over the selected,
-  as DeepSeek-V3; or softmax, as DeepSeek-V2), optionally node-limited; `expert_rank`: where each expert lives;
+  as DeepSeek-V3; or softmax, as DeepSeek-V2), optionally node-limited; `update_bias`: DeepSeek-V3's balancing
+  step for route's bias; `expert_rank`: where each expert lives;
 - `quantize_tokens`, `dequantize_tokens`: tokens as E4M3 codes with one scale per 1x128 tile, fp8lab's NumPy spec;
 - `send_plan`: which token rows go to which rank (`try_send_plan` checks yours against it);
 - `reference_moe`, `reference_dispatch`: the MoE layer's output and what every rank receives;
@@ -89,6 +90,21 @@ def route(logits, top_k: int, *, score: str = "sigmoid", normalize: bool = True,
     if normalize:
         g = g / g.sum(axis=1, keepdims=True)
     return ids.astype(np.int64), g.astype(np.float32)
+
+
+def update_bias(bias, loads, gamma: float) -> np.ndarray:
+    """DeepSeek-V3's auxiliary-loss-free balancing (section 2.1.2), one step: the selection bias route() takes,
+    lowered by gamma for an expert that got more tokens than the mean (loads, one count per expert), raised by gamma
+    for one that got fewer, unchanged at the mean; float32 (kernels.router.update_bias does the same on the
+    device)."""
+    gamma = float(gamma)
+    if not 0 <= gamma < np.inf:
+        raise ValueError(f"gamma must be a finite number >= 0 (the bias update speed), got {gamma!r}")
+    if loads is None:
+        raise ValueError("loads must be the tokens each expert got (ExpertLayer.loads after a forward), got None")
+    loads = np.asarray(loads, np.float64)
+    step = np.where(loads > loads.mean(), -np.float32(gamma), np.where(loads < loads.mean(), np.float32(gamma), 0))
+    return (np.asarray(bias, np.float32) + step.astype(np.float32)).astype(np.float32)
 
 
 def check_placement(experts, world_size) -> tuple[int, int]:

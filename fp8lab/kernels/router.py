@@ -22,6 +22,7 @@ from .. import _validate as V
 from .. import bench
 from ..bench import timing
 from ..comm.moe_reference import route as reference_route
+from ..comm.moe_reference import update_bias as reference_update_bias
 from ..device import runtime
 from ..device.runtime import FULL_MASK, WARP_SIZE, cuda, shfl_xor_sync
 from .versions import Version
@@ -157,13 +158,6 @@ def update_bias(bias, offsets, gamma: float) -> None:
 def reference(logits, top_k: int, bias=None):
     """fp8lab.comm.moe.route with DeepSeek-V3's sigmoid scores (ids int64, gates float32)."""
     return reference_route(np.asarray(logits, np.float32), top_k, bias=None if bias is None else np.asarray(bias))
-
-
-def reference_update_bias(bias, counts, gamma: float) -> np.ndarray:
-    """float32 bias - gamma sign(counts - mean(counts))."""
-    counts = np.asarray(counts, np.float64)
-    step = np.where(counts > counts.mean(), -np.float32(gamma), np.where(counts < counts.mean(), np.float32(gamma), 0))
-    return (np.asarray(bias, np.float32) + step.astype(np.float32)).astype(np.float32)
 
 
 CHECK = {"sim": (37, 9, 3), "gpu": (16381, 256, 8)}

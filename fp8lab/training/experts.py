@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate as V
-from ..comm.moe_reference import route
+from ..comm.moe_reference import route, update_bias  # noqa: F401  (update_bias: the layer's bias step)
 from ..numerics import ops, recipes
 from .engine_reference import Linear
 
@@ -36,6 +36,18 @@ def init_params(rng, D: int, F: int, E: int, shared: int | None = None) -> dict:
         p["ws1"] = (rng.standard_normal((2 * shared, D)) / np.sqrt(D)).astype(F32)
         p["ws2"] = (rng.standard_normal((D, shared)) / np.sqrt(shared)).astype(F32)
     return p
+
+
+def gate_backward(logits, ids, gates, dgates) -> np.ndarray:
+    """The router logits' gradient (T, E) float32 from the gates' (T, k): gates g_j = s_j / S over the selected
+    experts ids, s = sigmoid(logits), so ds_j = (dg_j - sum_k g_k dg_k) / S and dlogit_j = ds_j s_j (1 - s_j); 0
+    for the experts not selected (the selection has no gradient)."""
+    ids = np.asarray(ids, np.int64)
+    s = np.take_along_axis(ops.sigmoid(np.asarray(logits, np.float64)), ids, axis=1)
+    ds = (dgates - (gates * dgates).sum(axis=1, keepdims=True)) / s.sum(axis=1, keepdims=True)
+    dlogits = np.zeros(np.shape(logits))
+    np.put_along_axis(dlogits, ids, ds * s * (1 - s), axis=1)
+    return dlogits.astype(F32)
 
 
 class _MLP:
@@ -107,26 +119,7 @@ class ExpertLayer:
         if "ws1" in p:
             dxs, g["ws1"], g["ws2"] = self.shared.backward(dy)
             dx += dxs
-        # gates g_j = s_j / S over the selected: ds_j = (dg_j - sum_k g_k dg_k) / S; s = sigmoid(logits)
-        s = np.take_along_axis(ops.sigmoid(self.logits.astype(np.float64)), self.ids, axis=1)
-        ssum = s.sum(axis=1, keepdims=True)
-        ds = (dgates - (self.gates * dgates).sum(axis=1, keepdims=True)) / ssum
-        dlogits = np.zeros(self.logits.shape)
-        np.put_along_axis(dlogits, self.ids, ds * s * (1 - s), axis=1)
-        dlogits = dlogits.astype(F32)
+        dlogits = gate_backward(self.logits, self.ids, self.gates, dgates)
         g["wr"] = (dlogits.T @ x).astype(F32)
         dx += (dlogits @ p["wr"]).astype(F32)
         return dx, g
-
-
-def update_bias(bias, loads, gamma: float) -> np.ndarray:
-    """DeepSeek-V3's bias step: bias - gamma where an expert got more tokens than the mean, + gamma where fewer
-    (float32; kernels.router.update_bias does the same on the device)."""
-    gamma = float(gamma)
-    if not 0 <= gamma < np.inf:
-        raise ValueError(f"gamma must be a finite number >= 0 (the bias update speed), got {gamma!r}")
-    if loads is None:
-        raise ValueError("loads must be the tokens each expert got (ExpertLayer.loads after a forward), got None")
-    loads = np.asarray(loads, np.float64)
-    step = np.where(loads > loads.mean(), -F32(gamma), np.where(loads < loads.mean(), F32(gamma), F32(0)))
-    return (np.asarray(bias, F32) + step.astype(F32)).astype(F32)

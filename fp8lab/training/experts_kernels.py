@@ -21,7 +21,8 @@ from .. import _validate as V
 from .. import quant
 from ..device.runtime import cuda
 from ..kernels import elementwise, fp8_gemm, gemm, permute, router, swiglu
-from ..numerics import ops, recipes
+from ..numerics import recipes
+from .experts import gate_backward
 
 F32 = np.float32
 
@@ -138,14 +139,9 @@ class DeviceExpertLayer:
         dxr = fp8_gemm.fp8_grouped_gemm(_q(du, r.dgrad.a), _q(_t3(p["w1"]), r.dgrad.b), self.off)
         g["w1"] = fp8_gemm.fp8_grouped_wgrad(_q(_t(du), r.wgrad.a), _xt(r, self.qx, self.rows), self.off)
         dx = permute.permute_backward(dxr, self.slots)
-        # the router, through the gates (ExpertLayer.backward's arithmetic on the (T, k) values, on the host)
-        ids, gates, dg = self.ids.copy_to_host(), self.gates.copy_to_host(), dgates.copy_to_host()
-        logits = self.logits.copy_to_host()
-        s = np.take_along_axis(ops.sigmoid(logits.astype(np.float64)), ids.astype(np.int64), axis=1)
-        ds = (dg - (gates * dg).sum(axis=1, keepdims=True)) / s.sum(axis=1, keepdims=True)
-        dlogits = np.zeros(logits.shape)
-        np.put_along_axis(dlogits, ids.astype(np.int64), ds * s * (1 - s), axis=1)
-        dlogits = cuda.to_device(dlogits.astype(F32))
+        # the router, through the gates: the spec's arithmetic on the (T, k) values, on the host
+        dlogits = cuda.to_device(gate_backward(*(a.copy_to_host() for a in (self.logits, self.ids, self.gates,
+                                                                           dgates))))
         g["wr"] = gemm.gemm(_t(dlogits), self.x)
         elementwise.add(dx, gemm.gemm(dlogits, p["wr"]), dx)
         if "ws1" in p:
