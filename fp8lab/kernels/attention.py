@@ -100,8 +100,9 @@ def softmax_rows_kernel(s, lse):
 
 
 @cuda.jit
-def pv_kernel(p, v, o):
-    """o[bh, i, d] = sum_j p[bh, i, j] * v[bh, j, d] (masked p are 0), in key order."""
+def pv_kernel(p, v, o, scale):
+    """o[bh, i, d] = scale * sum_j p[bh, i, j] * v[bh, j, d], v rounded to bfloat16, in key order: version 1's P v
+    (scale 1; masked p are 0) and the backward's dq = dS k / sqrt(D)."""
     d, i = cuda.grid(2)
     bh = cuda.blockIdx.z
     T, D = v.shape[1], v.shape[2]
@@ -109,7 +110,7 @@ def pv_kernel(p, v, o):
         acc = _ZERO
         for j in range(T):
             acc += p[bh, i, j] * round_bf16(v[bh, j, d])
-        o[bh, i, d] = acc
+        o[bh, i, d] = acc * scale
 
 
 def _grid_td(cols: int, T: int, BH: int):
@@ -126,7 +127,7 @@ def launch1(q, k, v, o, lse, causal: bool, scratch=None) -> None:
     blocks = min(runtime.MAX_BLOCKS, math.ceil(BH * T / ROW_WARPS))
     softmax_rows_kernel[blocks, ROW_WARPS * WARP_SIZE](s, lse)
     grid, block = _grid_td(D, T, BH)
-    pv_kernel[grid, block](s, v, o)
+    pv_kernel[grid, block](s, v, o, _ONE)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -432,19 +433,6 @@ def backward_scores_kernel(q, k, v, do, lse, dsum, p, ds, scale, causal):
 
 
 @cuda.jit
-def dq_kernel(ds, k, dq, scale):
-    """dq[bh, i, d] = scale * sum_j ds[bh, i, j] * k[bh, j, d]."""
-    d, i = cuda.grid(2)
-    bh = cuda.blockIdx.z
-    T, D = k.shape[1], k.shape[2]
-    if i < T and d < D:
-        acc = _ZERO
-        for j in range(T):
-            acc += ds[bh, i, j] * round_bf16(k[bh, j, d])
-        dq[bh, i, d] = acc * scale
-
-
-@cuda.jit
 def dkv_kernel(ds, p, q, do, dk, dv, scale):
     """dk[bh, j, d] = scale * sum_i ds[bh, i, j] * q[bh, i, d], dv[bh, j, d] = sum_i p[bh, i, j] * do[bh, i, d]."""
     d, j = cuda.grid(2)
@@ -470,7 +458,7 @@ def launch_backward(q, k, v, o, do, lse, dq, dk, dv, causal: bool) -> None:
     grid, block = _grid_td(T, T, BH)
     backward_scores_kernel[grid, block](q, k, v, do, lse, dsum, p, ds, scale, int(causal))
     grid, block = _grid_td(D, T, BH)
-    dq_kernel[grid, block](ds, k, dq, scale)
+    pv_kernel[grid, block](ds, k, dq, scale)  # dq = dS k / sqrt(D): P v's sum
     dkv_kernel[grid, block](ds, p, q, do, dk, dv, scale)
 
 
