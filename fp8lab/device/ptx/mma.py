@@ -49,9 +49,9 @@ def mma_instruction(fa: str = "e4m3", fb: str = "e4m3") -> str:
 
 def mma_intrinsic(instruction: str = MMA_M16N8K32_E4M3):
     """An @intrinsic `mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)` (GPU only): one warp-wide
-    `mma.sync` of shape m16n8k32, FP8 operands packed four to a 32-bit register, float32 C and D. Every lane of
-    the warp must call it (".sync.aligned"); the asm is marked as having side effects so the compiler never
-    moves it into a branch or merges two of them."""
+    `mma.sync` (`instruction`: m16n8k32 with FP8 operands packed four to a 32-bit register, or m16n8k16 with
+    bfloat16 ones packed two to a register), float32 C and D. Every lane of the warp must call it (".sync.aligned");
+    the asm is marked as having side effects so the compiler never moves it into a branch or merges two of them."""
     from llvmlite import ir
     from numba.cuda import types
     from numba.cuda.extending import intrinsic
@@ -100,21 +100,26 @@ def mma_m16n8k32_layout() -> dict[str, np.ndarray]:
     return {"a": a, "b": b, "c": c}
 
 
-def pack_mma_m16n8k32(a_codes, b_codes):
-    """Per-lane registers: (a (32, 4) uint32, b (32, 2) uint32) from FP8 codes a (16, 32) and b (8, 32), i.e. B
-    given as its transpose (N, K), the "col" layout; byte j of a register is value 4 * register + j."""
-    a_codes, b_codes = np.asarray(a_codes, np.uint8), np.asarray(b_codes, np.uint8)
-    if a_codes.shape != (16, 32) or b_codes.shape != (8, 32):
-        raise ValueError(f"a_codes must have shape (16, 32) and b_codes (8, 32), got {a_codes.shape} and "
-                         f"{b_codes.shape}")
-    lay = mma_m16n8k32_layout()
-    a_vals = a_codes[lay["a"][..., 0], lay["a"][..., 1]]  # (32, 16)
-    b_vals = b_codes[lay["b"][..., 1], lay["b"][..., 0]]  # (32, 8): B[k, n] = b_codes[n, k]
+def _pack(lay, a, b, names, dtype, k):
+    """Per-lane registers (a (32, 4) uint32, b (32, 2) uint32) of an m16n8k`k` mma from A (16, k) and B given as
+    its transpose (8, k) (the "col" layout), elements of `dtype` packed low first into 32-bit registers."""
+    a, b = np.asarray(a, dtype), np.asarray(b, dtype)
+    if a.shape != (16, k) or b.shape != (8, k):
+        raise ValueError(f"{names[0]} must have shape (16, {k}) and {names[1]} (8, {k}), got {a.shape} and "
+                         f"{b.shape}")
+    a_vals = a[lay["a"][..., 0], lay["a"][..., 1]]
+    b_vals = b[lay["b"][..., 1], lay["b"][..., 0]]  # B[k, n] = b[n, k]
     return (np.ascontiguousarray(a_vals).view(np.uint32).reshape(32, 4),
             np.ascontiguousarray(b_vals).view(np.uint32).reshape(32, 2))
 
 
 _MMA_LAYOUT = mma_m16n8k32_layout()
+
+
+def pack_mma_m16n8k32(a_codes, b_codes):
+    """Per-lane registers: (a (32, 4) uint32, b (32, 2) uint32) from FP8 codes a (16, 32) and b (8, 32), i.e. B
+    given as its transpose (N, K), the "col" layout; byte j of a register is value 4 * register + j."""
+    return _pack(_MMA_LAYOUT, a_codes, b_codes, ("a_codes", "b_codes"), np.uint8, 32)
 
 
 def mma_m16n8k32_reference(a_codes, b_codes, c, fmt: str = "e4m3", fmt_b: str | None = None) -> np.ndarray:
@@ -133,27 +138,33 @@ def mma_m16n8k32_reference(a_codes, b_codes, c, fmt: str = "e4m3", fmt_b: str | 
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _twin_mma(fa: str = "e4m3", fb: str = "e4m3"):
-    """Twin of the warp-wide mma.sync m16n8k32 in formats fa, fb: gather every lane's fragments, rebuild A and B,
+def _make_twin(lay, dtype, k, decode_a, decode_b):
+    """Twin of a warp-wide mma.sync m16n8k`k` whose operands are `dtype` elements packed into 32-bit registers:
+    gather every lane's fragments, rebuild A and B (the layout `lay`), decode them to float32 (decode_a, decode_b)
     and compute this lane's four outputs (FP32 sums in k order)."""
-    ta, tb = formats.value_table(fa), formats.value_table(fb)
 
     def mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         regs = _simgaps.warp_allgather((a0, a1, a2, a3, b0, b1))
-        lay = _MMA_LAYOUT
-        a_vals = np.array([r[:4] for r in regs], np.uint32).view(np.uint8).reshape(32, 16)
-        b_vals = np.array([r[4:] for r in regs], np.uint32).view(np.uint8).reshape(32, 8)
-        a = np.zeros((16, 32), np.uint8)
-        b = np.zeros((8, 32), np.uint8)
+        a_vals = np.array([r[:4] for r in regs], np.uint32).view(dtype).reshape(32, -1)
+        b_vals = np.array([r[4:] for r in regs], np.uint32).view(dtype).reshape(32, -1)
+        a = np.zeros((16, k), dtype)
+        b = np.zeros((8, k), dtype)
         a[lay["a"][..., 0], lay["a"][..., 1]] = a_vals
         b[lay["b"][..., 1], lay["b"][..., 0]] = b_vals
         lane = _simgaps.lane_id()
-        av = ta[a[lay["c"][lane, :, 0]]].astype(np.float32)  # (4, 32): this lane's rows
-        bv = tb[b[lay["c"][lane, :, 1]]].astype(np.float32)  # and columns
+        av = decode_a(a[lay["c"][lane, :, 0]])  # (4, k): this lane's rows
+        bv = decode_b(b[lay["c"][lane, :, 1]])  # and columns
         d = sum_in_order(np.array([c0, c1, c2, c3], np.float32), av * bv)
         return d[0], d[1], d[2], d[3]
 
     return mma
+
+
+def _twin_mma(fa: str = "e4m3", fb: str = "e4m3"):
+    """Twin of the warp-wide FP8 mma.sync m16n8k32 in formats fa, fb (codes decoded through value tables)."""
+    ta, tb = formats.value_table(fa), formats.value_table(fb)
+    return _make_twin(_MMA_LAYOUT, np.uint8, 32, lambda x: ta[x].astype(np.float32),
+                      lambda x: tb[x].astype(np.float32))
 
 
 _twin_mma_m16n8k32_e4m3 = _twin_mma()
@@ -205,48 +216,23 @@ _MMA16_LAYOUT = mma_m16n8k16_layout()
 def pack_mma_m16n8k16(a_bits, b_bits):
     """Per-lane registers (a (32, 4) uint32, b (32, 2) uint32) from bfloat16 bits a (16, 16) and b (8, 16) uint16,
     B given as its transpose (N, K); the low half of a register is its first value."""
-    a_bits, b_bits = np.asarray(a_bits, np.uint16), np.asarray(b_bits, np.uint16)
-    if a_bits.shape != (16, 16) or b_bits.shape != (8, 16):
-        raise ValueError(f"a_bits must have shape (16, 16) and b_bits (8, 16), got {a_bits.shape} and {b_bits.shape}")
-    lay = _MMA16_LAYOUT
-    a_vals = a_bits[lay["a"][..., 0], lay["a"][..., 1]]
-    b_vals = b_bits[lay["b"][..., 1], lay["b"][..., 0]]
-    return (np.ascontiguousarray(a_vals).view(np.uint32).reshape(32, 4),
-            np.ascontiguousarray(b_vals).view(np.uint32).reshape(32, 2))
+    return _pack(_MMA16_LAYOUT, a_bits, b_bits, ("a_bits", "b_bits"), np.uint16, 16)
+
+
+def _bf16_values(bits) -> np.ndarray:
+    """float32 values of bfloat16 bits (uint16): exact, the bits moved up by 16."""
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def mma_m16n8k16_reference(a_bits, b_bits, c) -> np.ndarray:
     """D (16, 8) float32 = bf16(a) @ bf16(b).T + c summed in FP32 in k order (what the twin computes; the products
     of two bfloat16 values are exact in float32)."""
-    a = (np.asarray(a_bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
-    b = (np.asarray(b_bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    a, b = _bf16_values(a_bits), _bf16_values(b_bits)
     return sum_in_order(np.asarray(c, np.float32), a[:, None, :] * b[None, :, :])
 
 
-def mma_bf16_intrinsic(instruction: str = MMA_M16N8K16_BF16):
-    """An @intrinsic `mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)` (GPU only): the warp-wide BF16
-    mma.sync m16n8k16, two bfloat16 values to a 32-bit register. Same asm shape as the FP8 one."""
-    return mma_intrinsic(instruction)
-
-
-def _twin_mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-    """Twin of the BF16 mma.sync m16n8k16: gather every lane's fragments, rebuild A and B, this lane's outputs."""
-    regs = _simgaps.warp_allgather((a0, a1, a2, a3, b0, b1))
-    lay = _MMA16_LAYOUT
-    a_vals = np.array([r[:4] for r in regs], np.uint32).view(np.uint16).reshape(32, 8)
-    b_vals = np.array([r[4:] for r in regs], np.uint32).view(np.uint16).reshape(32, 4)
-    a = np.zeros((16, 16), np.uint16)
-    b = np.zeros((8, 16), np.uint16)
-    a[lay["a"][..., 0], lay["a"][..., 1]] = a_vals
-    b[lay["b"][..., 1], lay["b"][..., 0]] = b_vals
-    lane = _simgaps.lane_id()
-    av = (a[lay["c"][lane, :, 0]].astype(np.uint32) << 16).view(np.float32)  # (4, 16): this lane's rows
-    bv = (b[lay["c"][lane, :, 1]].astype(np.uint32) << 16).view(np.float32)  # and columns
-    d = sum_in_order(np.array([c0, c1, c2, c3], np.float32), av * bv)
-    return d[0], d[1], d[2], d[3]
-
-
-if HARDWARE:
-    mma_m16n8k16_bf16 = mma_bf16_intrinsic()
+if HARDWARE:  # the FP8 builder's asm: any operands packed into 32-bit registers, float32 C and D
+    mma_m16n8k16_bf16 = mma_intrinsic(MMA_M16N8K16_BF16)
 else:
-    mma_m16n8k16_bf16 = cuda.jit(device=True)(_twin_mma_bf16)
+    mma_m16n8k16_bf16 = cuda.jit(device=True)(_make_twin(_MMA16_LAYOUT, np.uint16, 16, _bf16_values,
+                                                         _bf16_values))
