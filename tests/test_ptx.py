@@ -340,18 +340,26 @@ def _mma_operands(rng, integers: bool):
     return formats.encode(a.astype(np.float32), E4M3), formats.encode(b.astype(np.float32), E4M3)
 
 
-@cuda.jit
-def _mma_kernel(a_regs, b_regs, c, d):
-    lane = cuda.threadIdx.x
-    r = lane
-    g, t = lane >> 2, lane & 3
-    d0, d1, d2, d3 = ptx.mma_m16n8k32_e4m3(
-        a_regs[r, 0], a_regs[r, 1], a_regs[r, 2], a_regs[r, 3], b_regs[r, 0], b_regs[r, 1],
-        c[g, 2 * t], c[g, 2 * t + 1], c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
-    d[g, 2 * t] = d0
-    d[g, 2 * t + 1] = d1
-    d[g + 8, 2 * t] = d2
-    d[g + 8, 2 * t + 1] = d3
+def _make_mma_kernel(mma):
+    """One warp: each lane passes its registers (a_regs[lane], b_regs[lane]) and its C fragment to `mma` (any m16n8
+    mma.sync with 4 A and 2 B registers) and stores its D fragment."""
+
+    @cuda.jit
+    def kernel(a_regs, b_regs, c, d):
+        lane = cuda.threadIdx.x
+        g, t = lane >> 2, lane & 3
+        d0, d1, d2, d3 = mma(
+            a_regs[lane, 0], a_regs[lane, 1], a_regs[lane, 2], a_regs[lane, 3], b_regs[lane, 0], b_regs[lane, 1],
+            c[g, 2 * t], c[g, 2 * t + 1], c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
+        d[g, 2 * t] = d0
+        d[g, 2 * t + 1] = d1
+        d[g + 8, 2 * t] = d2
+        d[g + 8, 2 * t + 1] = d3
+
+    return kernel
+
+
+_mma_kernel = _make_mma_kernel(ptx.mma_m16n8k32_e4m3)
 
 
 def _run_mma(a, b, c):
@@ -392,17 +400,7 @@ def test_mma_m16n8k32_matches_the_reference(rng, integers):
         np.testing.assert_allclose(got, ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
 
 
-@cuda.jit
-def _mma_bf16_kernel(a_regs, b_regs, c, d):
-    lane = cuda.threadIdx.x
-    g, t = lane >> 2, lane & 3
-    d0, d1, d2, d3 = ptx.mma_m16n8k16_bf16(
-        a_regs[lane, 0], a_regs[lane, 1], a_regs[lane, 2], a_regs[lane, 3], b_regs[lane, 0], b_regs[lane, 1],
-        c[g, 2 * t], c[g, 2 * t + 1], c[g + 8, 2 * t], c[g + 8, 2 * t + 1])
-    d[g, 2 * t] = d0
-    d[g, 2 * t + 1] = d1
-    d[g + 8, 2 * t] = d2
-    d[g + 8, 2 * t + 1] = d3
+_mma_bf16_kernel = _make_mma_kernel(ptx.mma_m16n8k16_bf16)
 
 
 def test_mma_m16n8k16_bf16_layout_and_result(rng):
