@@ -477,6 +477,22 @@ def make_dual_tile_kernel(fmt: str, mode: str, value):
     PAD = DUAL_PAD
     ZERO = _ZERO32
 
+    @cuda.jit(device=True)
+    def line(s, base, step, n, codes, scale, row, col0, scol, lane):
+        """One warp quantizes one 1 x 128 line of the shared tile, elements s[base + step * i] (i < 128; past n they
+        are the tile's zeros): its amax, scale[row, scol], and codes[row, col0 + i] for i < n."""
+        m = ZERO
+        for j in range(per_lane):
+            m = nanmax(m, abs(s[base + step * (lane + WARP_SIZE * j)]))
+        m = warp_max(m)
+        sc, inv, _ = group_scale(m)
+        for j in range(per_lane):
+            i = lane + WARP_SIZE * j
+            if i < n:
+                codes[row, col0 + i] = POISON_CODE if inv != inv else encode(s[base + step * i] * inv)
+        if lane == 0:
+            scale[row, scol] = sc
+
     @cuda.jit
     def dual_kernel(a, b, codes, scale, codes_t, scale_t):
         s = cuda.shared.array(0, _F32_TYPE)
@@ -494,30 +510,10 @@ def make_dual_tile_kernel(fmt: str, mode: str, value):
         cuda.syncthreads()
         for r in range(warp, GROUP_K, warps):  # x's 1 x 128 tiles: a warp per row (warp-uniform test)
             if r0 + r < M:
-                m = ZERO
-                for j in range(per_lane):
-                    m = nanmax(m, abs(s[r * PAD + lane + WARP_SIZE * j]))
-                m = warp_max(m)
-                sc, inv, _ = group_scale(m)
-                for j in range(per_lane):
-                    c = lane + WARP_SIZE * j
-                    if c0 + c < N:
-                        codes[r0 + r, c0 + c] = POISON_CODE if inv != inv else encode(s[r * PAD + c] * inv)
-                if lane == 0:
-                    scale[r0 + r, cuda.blockIdx.x] = sc
+                line(s, r * PAD, 1, N - c0, codes, scale, r0 + r, c0, cuda.blockIdx.x, lane)
         for c in range(warp, GROUP_K, warps):  # x.T's 1 x 128 tiles: a warp per column of x
             if c0 + c < N:
-                m = ZERO
-                for j in range(per_lane):
-                    m = nanmax(m, abs(s[(lane + WARP_SIZE * j) * PAD + c]))
-                m = warp_max(m)
-                sc, inv, _ = group_scale(m)
-                for j in range(per_lane):
-                    r = lane + WARP_SIZE * j
-                    if r0 + r < M:
-                        codes_t[c0 + c, r0 + r] = POISON_CODE if inv != inv else encode(s[r * PAD + c] * inv)
-                if lane == 0:
-                    scale_t[c0 + c, cuda.blockIdx.y] = sc
+                line(s, c, PAD, M - r0, codes_t, scale_t, c0 + c, r0, cuda.blockIdx.y, lane)
 
     return dual_kernel
 
