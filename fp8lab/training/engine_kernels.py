@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import model
-from ..device import runtime
+from ..device import graphs, runtime
 from ..kernels import (bf16_gemm, cross_entropy, elementwise, embedding, fp8_gemm, gemm, norm_quant, quantize,
     quantize_fine, rmsnorm, swiglu)
 from ..device.runtime import cuda
@@ -125,8 +125,6 @@ class StepProfile:
     def mark(self, name: str | None) -> None:
         """What is launched from here to the next mark counts under `name`."""
         if self.active:
-            from ..device import graphs
-
             e = cuda.event()
             graphs.record_event(e, self.stream)
             self.marks.append((name, e))
@@ -162,8 +160,6 @@ def graph_breakdown(net, replays: int) -> dict | None:
     the simulator, or (with a RuntimeWarning) where the graph cannot be captured or timed."""
     if not StepProfile.timed():
         return None
-    from ..device import graphs
-
     prof, g = StepProfile(), graphs.Graph()
     eager, net.prof = net.prof, prof  # run() marks through net.prof and each DeviceLinear's prof
     linears = net.lin1 + net.lin2
@@ -580,8 +576,6 @@ class GraphedStep:
     simulator the Graph twin runs the captured function at each replay."""
 
     def __init__(self, net: KernelModel, opt, steps: int):
-        from ..device import graphs
-
         self.net, self.opt, self.graph = net, opt, graphs.Graph()
         self.stream = self.graph.stream
         P = net.params
