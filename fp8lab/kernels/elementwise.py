@@ -7,7 +7,7 @@ bias_add: y[m, n] += b[n], a grid-stride loop over the flat index (n fastest: co
 colsum: out[n] = sum_m a[m, n]: a block per 32 columns, its COLSUM_WARPS warps each walking every
         COLSUM_WARPS-th row with 4 loads in flight (a warp reads 32 neighbouring floats: coalesced), then the warps'
         partial sums added in a fixed order: deterministic, no atomics. (One thread per column walking down all
-        rows has one load in flight per column: at 16384 x 2048 it took about a millisecond.)
+        rows keeps only one load in flight per column.)
 add: out = a + b elementwise (the residual connection x + f(x), and gradients meeting at a branch); out may be a
      or b itself.
 scale_cols: out[m, n] = a[m, n] * d[n] (the outlier channels of the capstone's controlled experiment: a power of

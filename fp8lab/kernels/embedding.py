@@ -14,8 +14,8 @@ version 2: deterministic, no float atomics. A stable counting sort on the device
            (vocabulary row, column chunk) sums that row's tokens in token order. Bit-exact with `reference`, which
            adds each row's tokens in token order in float32, and the same bits on every run.
 version 3: deterministic and parallel within a row. Version 2's sum of a row is one block walking all the row's
-           tokens: with characters for tokens a row holds up to a fifth of them (the space), ~50,000 a step at the
-           large preset, one after the other. Version 3 cuts each row's sorted tokens into segments of SEGMENT,
+           tokens: with characters for tokens one row holds about 15% of them (the space, in Tiny Shakespeare's
+           training text), ~40,000 a step at the large preset, one after the other. Version 3 cuts each row's sorted tokens into segments of SEGMENT,
            sums every segment in its own block (in token order), then adds each row's segment sums in order: the
            same bits on every run, bit for bit `reference(..., segment=SEGMENT)`.
 
@@ -420,7 +420,7 @@ def assert_bits_equal(name: str, got, ref) -> None:
 def problem(rng, vocab: int, tokens: int, D: int, unused=(), top: float | None = None):
     """(table, ids, dout): standard-normal float32 table (vocab, D) and dout (tokens, D), ids drawn uniformly from
     [0, vocab) without the rows in `unused` (so their gradient rows must come out 0); top: the share of tokens
-    drawn for the first used row instead (text is skewed so: the space is about a fifth of Tiny Shakespeare)."""
+    drawn for the first used row instead (text is skewed so: the space is about 15% of Tiny Shakespeare)."""
     rows = np.setdiff1d(np.arange(vocab), np.asarray(unused, np.int64))
     p = None
     if top is not None:
@@ -465,7 +465,8 @@ def checks(rng) -> list:
 
 PROBLEMS = ((65, 16384, 1024, None), (32000, 16384, 1024, None), (65, 262144, 128, 0.2))
 """timings' (vocab, tokens, D, top share): 65 ids, ~250 tokens each (the hard case for atomics); 32000 ids, mostly
-0 or 1 token each; the large preset's characters (16384 windows of 16, 128 wide), one id a fifth of them."""
+0 or 1 token each; the large preset's characters (16384 windows of 16, 128 wide), one id a fifth of them (more
+than the space's 15%: a margin)."""
 
 
 def timings(rng, args) -> list:
