@@ -30,6 +30,7 @@ from ..kernels import optim
 from ..numerics import recipes
 from . import checkpoint, corpus, engine_kernels, engine_reference, model, preflight, teacher
 from .ema import CpuEma
+from .ema import average as ema_average
 
 RECIPES = recipes.RECIPES
 TASKS = ("teacher", "chars")
@@ -465,10 +466,9 @@ def _train_chars(s: Settings) -> History:
 
         ema = {k: v.copy() for k, v in params.items()}
 
-        def push_ema():  # the reference engine: the same average, synchronously
+        def push_ema():  # the reference engine: CpuEma's average, synchronously
             for k, w in params.items():
-                ema[k] *= np.float32(ema_decay)
-                ema[k] += np.float32(1 - ema_decay) * w
+                ema_average(ema[k].reshape(-1), w.reshape(-1), np.float32(ema_decay), np.float32(1 - ema_decay))
 
         def evaluate(p=params):
             return np.mean([net.loss(p, i, t, False) for i, t in val])
